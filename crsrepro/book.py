@@ -1,0 +1,97 @@
+"""Execute the notebooks with papermill and build the Jupyter Book (DESIGN.md section 12).
+
+The notebooks in ``notebooks/`` are thin and output-free. papermill executes them, for one profile,
+into ``book/_generated/`` (git-ignored), and Jupyter Book renders the HTML with notebook execution
+off, since papermill already ran them. A status page records what ran, for which profile, how long it
+took, and from which commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from crsrepro.errors import CrsreproError
+from crsrepro.results import git_hash
+
+log = logging.getLogger(__name__)
+
+GENERATED = Path("book") / "_generated"
+
+
+def list_notebooks(book_root: Path) -> list[str]:
+    """The notebook names (``NN_section``) in ``<book_root>/notebooks``, in chapter order."""
+    return sorted(p.stem for p in (Path(book_root) / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def _check_book_root(book_root: Path) -> Path:
+    book_root = Path(book_root).absolute()
+    if not (book_root / "_config.yml").is_file() or not (book_root / "notebooks").is_dir():
+        raise CrsreproError(f"{book_root} is not a crsrepro checkout: expected _config.yml and notebooks/ there "
+                            "(run from the repository root, or pass --book-root)")
+    return book_root
+
+
+def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
+                     progress: bool = True) -> float:
+    """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/``; return seconds taken.
+
+    The notebook runs with ``book_root`` as its working directory, so relative profile paths
+    (``.crsrepro/...``, ``data_manifests/``) resolve as they do for the CLI.
+    """
+    import papermill as pm
+
+    book_root = _check_book_root(book_root)
+    source = book_root / "notebooks" / f"{name}.ipynb"
+    if not source.is_file():
+        raise CrsreproError(f"no notebook {name!r}: expected {source} "
+                            f"(available: {', '.join(list_notebooks(book_root))})")
+    target = book_root / GENERATED / f"{name}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
+                        cwd=str(book_root), kernel_name="python3", progress_bar=progress)
+    seconds = time.perf_counter() - start
+    log.info("executed %s in %.1f s -> %s", name, seconds, target)
+    return seconds
+
+
+def write_status_page(book_root: Path, profile: str, timings: dict[str, float]) -> Path:
+    """Write ``book/_generated/status.md``: what ran, for which profile, how long, from which commit."""
+    rows = "\n".join(f"| {name} | {seconds:.1f} |" for name, seconds in timings.items())
+    text = (
+        "# Build status\n\n"
+        f"Built on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC for profile `{profile}`, "
+        f"from commit `{git_hash(book_root)}`, with Python {sys.version.split()[0]}.\n\n"
+        "Every chapter is a notebook executed by papermill before the book was rendered.\n\n"
+        "| notebook | execution time (s) |\n|---|---|\n"
+        f"{rows}\n| **total** | {sum(timings.values()):.1f} |\n"
+    )
+    path = Path(book_root) / GENERATED / "status.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Path | None = None,
+               progress: bool = True) -> Path:
+    """Execute every notebook for ``profile`` and build the HTML; return the path of ``index.html``."""
+    book_root = _check_book_root(book_root)
+    timings = {name: execute_notebook(name, profile=profile, book_root=book_root, progress=progress)
+               for name in list_notebooks(book_root)}
+    write_status_page(book_root, profile, timings)
+    output = Path(output).absolute() if output else book_root / "book"
+    jupyter_book = Path(sys.executable).parent / "jupyter-book"
+    command = [str(jupyter_book), "build", str(book_root), "--path-output", str(output), "--warningiserror"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise CrsreproError(f"jupyter-book build failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
+                            f"{result.stderr[-4000:]}")
+    index = output / "_build" / "html" / "index.html"
+    if not index.is_file():
+        raise CrsreproError(f"jupyter-book finished but {index} does not exist")
+    return index

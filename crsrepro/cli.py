@@ -1,0 +1,135 @@
+"""The ``crsrepro`` command line (also ``python -m crsrepro``).
+
+::
+
+    crsrepro book [--profile demo]            demo world, run grid, notebooks, Jupyter Book -> index.html
+    crsrepro notebook NAME [--profile demo]   execute one notebook with papermill into book/_generated/
+    crsrepro demo-world [--profile demo]      write the synthetic datasets in the real layouts
+    crsrepro run [--profile demo]             run the grid (resumes; skips finished runs) -> results.parquet
+    crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
+    crsrepro list {profiles,encoders,notebooks}
+
+User errors (a missing profile, an unknown encoder, a missing dataset root ...) print one line and
+exit with status 2; the Makefile calls these same commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from crsrepro.errors import CrsreproError
+
+
+def _cmd_demo_world(args) -> None:
+    from crsrepro.data.demo_world import generate_demo_world
+    from crsrepro.profiles import load_profile
+
+    profile = load_profile(args.profile)
+    if profile.data["source"] != "demo_world":
+        raise CrsreproError(f"profile {profile.name!r} reads real data (data.source: {profile.data['source']}); "
+                            "demo-world needs a profile with data.source: demo_world, such as demo or smoke")
+    root = profile.resolve_path(profile.data["root"], key="data.root")
+    world = profile.demo_world
+    generate_demo_world(root, n_images=world["n_images"], image_size=world["image_size"], seed=world["seed"],
+                        progress=not args.quiet)
+    print(f"demo world for profile {profile.name!r} is at {root}")
+
+
+def _cmd_run(args) -> None:
+    from crsrepro.grid import run_grid
+    from crsrepro.profiles import load_profile
+
+    profile = load_profile(args.profile)
+    table = run_grid(profile, progress=not args.quiet)
+    print(f"{len(table)} result rows in {profile.output_path / 'results.parquet'}")
+
+
+def _cmd_notebook(args) -> None:
+    from crsrepro.book import GENERATED, execute_notebook
+    from crsrepro.profiles import load_profile
+
+    load_profile(args.profile)  # fail early, with the profile's own error
+    parameters = dict(args.parameter or [])
+    seconds = execute_notebook(args.name, profile=args.profile, book_root=args.book_root,
+                               parameters=parameters, progress=not args.quiet)
+    print(f"executed {args.name} for profile {args.profile!r} in {seconds:.1f} s -> "
+          f"{Path(args.book_root).absolute() / GENERATED / (args.name + '.ipynb')}")
+
+
+def _cmd_book(args) -> None:
+    from crsrepro.book import build_book
+    from crsrepro.grid import run_grid
+    from crsrepro.profiles import load_profile
+
+    run_grid(load_profile(args.profile), progress=not args.quiet)
+    index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
+                       progress=not args.quiet)
+    print(f"The book is built: {index}")
+
+
+def _cmd_score(args) -> None:
+    from crsrepro.grid import score_new_encoder
+    from crsrepro.profiles import load_profile
+
+    print(score_new_encoder(load_profile(args.profile), args.encoder, weights=args.weights,
+                            progress=not args.quiet).to_string())
+
+
+def _cmd_list(args) -> None:
+    if args.what == "profiles":
+        from crsrepro.profiles import list_profiles
+        names = list_profiles()
+    elif args.what == "encoders":
+        from crsrepro.encoders import list_encoders
+        names = list_encoders()
+    else:
+        from crsrepro.book import list_notebooks
+        names = list_notebooks(args.book_root)
+    print("\n".join(names))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crsrepro", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what each stage does")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name, func, help_text, *, book_root=False):
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        if name not in ("list",):
+            p.add_argument("--profile", default="demo", help="profile name or YAML path (default: demo)")
+        if book_root:
+            p.add_argument("--book-root", type=Path, default=Path("."),
+                           help="the checkout holding _config.yml and notebooks/ (default: .)")
+        return p
+
+    add("demo-world", _cmd_demo_world, "write the demo world's four datasets in their real layouts")
+    add("run", _cmd_run, "run the grid for a profile (resumes) and merge results.parquet")
+    p = add("notebook", _cmd_notebook, "execute one notebook with papermill", book_root=True)
+    p.add_argument("name", help="notebook name, e.g. 01_discrimination")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),
+                   help="an extra papermill parameter (string value)")
+    p = add("book", _cmd_book, "run everything and build the Jupyter Book", book_root=True)
+    p.add_argument("--output", type=Path, default=None, help="build folder (default: <book-root>/book)")
+    p = add("score", _cmd_score, "score a new encoder against the profile's frozen reference frame")
+    p.add_argument("--encoder", required=True, help="a registered encoder id")
+    p.add_argument("--weights", default=None, help="weights path (default: CRSREPRO_WEIGHTS/<id>/)")
+    p = add("list", _cmd_list, "list profiles, encoders or notebooks", book_root=True)
+    p.add_argument("what", choices=["profiles", "encoders", "notebooks"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.func(args)
+    except CrsreproError as exc:
+        print(f"crsrepro: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
