@@ -1,0 +1,20 @@
+"""Encoders: the registry and its one filling (DESIGN.md section 4).
+
+The registry is filled here and only here: the paper's 15 specs and the demo panel's
+``demo.DEMO_ENCODERS`` (a list of ``(EncoderSpec, builder)`` pairs). See
+:mod:`crsrepro.encoders.registry` for the :class:`Encoder` contract.
+"""
+
+from crsrepro.encoders.registry import (
+    Encoder,
+    EncoderSpec,
+    create_encoder,
+    get_spec,
+    list_encoders,
+    register,
+    resolve_weights,
+    weights_hash,
+)
+
+__all__ = ["Encoder", "EncoderSpec", "create_encoder", "get_spec", "list_encoders", "register",
+           "resolve_weights", "weights_hash"]

@@ -1,0 +1,478 @@
+"""The encoder registry: frozen specs, one factory, and the :class:`Encoder` contract (DESIGN.md section 4).
+
+The contract
+------------
+Every encoder, paper or demo, is described by a frozen :class:`EncoderSpec` and built by
+:func:`create_encoder`, the only way in. The spec carries everything that changes the features:
+the preprocessing (input size, interpolation, mean/std), the pooling (which tensor is the embedding)
+and the layer taps. The analyses read ``spec.family``, never the id.
+
+An :class:`Encoder` (subclassed once per loader family, and by the demo panel) offers
+
+- ``preprocess(batch_uint8)``: ``uint8 [B, 3, H, W] -> float [B, 3, S, S]`` on ``encoder.device``:
+  :meth:`Encoder.resize` (short side to ``S = spec.input_size`` with ``spec.interpolation`` and
+  antialiasing, then a centre crop) and the spec's mean/std normalisation. This is the batched tensor path
+  that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early (in a data-loader
+  worker), after which ``preprocess`` only normalises.
+- ``forward_features(x, *, layers=("final",))``: ``{layer: float [B, D]}`` for layer names among
+  ``spec.layer_taps``, all from ONE forward pass, each pooled as the spec says. Subclasses implement
+  :meth:`Encoder._forward_layers`; the base class validates the names and runs it without gradients.
+- ``encode_images(images)``: a list of PIL images to an ``(N, D)`` float32 array at ``"final"``; the
+  two methods above, in batches.
+- ``weights_hash``: a SHA-256 of what the weights are (the weight files, or the parameters of a
+  model built without a file), part of every feature-cache key.
+
+Layer taps are named ``"depth25"``, ``"depth50"``, ``"depth75"`` and ``"final"`` for networks (the blocks
+at 25/50/75/100 % of the depth, :func:`depth_block_indices`; DESIGN.md section 11) and ``("final",)``
+for extractors that are not networks.
+
+Weights
+-------
+:func:`resolve_weights` looks, in order, at an explicit ``weights=`` path, at
+``$CRSREPRO_WEIGHTS/<encoder id>/``, and at the offline Hugging Face cache (``local_files_only``) for
+``spec.hf_repo``. Nothing is ever downloaded. Checkpoints are read safely (:func:`load_state_dict`:
+safetensors, or ``torch.load(weights_only=True)``).
+
+The registry is filled in one place, :mod:`crsrepro.encoders`, never as a side effect of an import
+(STYLE.md).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torchvision.transforms import InterpolationMode
+from torchvision.transforms.v2 import functional as TF
+
+from crsrepro.errors import MissingWeightsError, UnknownEncoderError
+
+logger = logging.getLogger(__name__)
+
+FAMILIES = ("general", "medical", "specialist")
+LOADERS = ("timm", "open_clip", "transformers", "local", "demo")
+INTERPOLATIONS = ("bicubic", "bilinear")
+POOLINGS = ("cls", "mean_patch", "image_embed", "gap")
+NETWORK_TAPS = ("depth25", "depth50", "depth75", "final")
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+HALF = (0.5, 0.5, 0.5)
+_TAP_DEPTH = {"depth25": 0.25, "depth50": 0.50, "depth75": 0.75, "final": 1.0}
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """What an encoder is and how its inputs are prepared; frozen, so it can travel with the weights.
+
+    Parameters
+    ----------
+    id : str
+        ``namespace.name``, e.g. ``general.dinov2`` or ``demo.effnet_lite0``.
+    family : str
+        ``general``, ``medical`` or ``specialist`` for the paper's encoders; the demo panel may use its
+        own family names. The analyses group by this field (DESIGN.md section 4).
+    loader : str
+        ``timm``, ``open_clip``, ``transformers``, ``local`` (a released state-dict file) or ``demo``.
+    architecture : str
+        The architecture name within the loader (a timm model name, an open_clip model name, a
+        transformers class name, or a local format name).
+    input_size : int
+        Side of the square image the network sees.
+    mean, std : tuple of 3 floats
+        Per-channel normalisation applied to images scaled to [0, 1].
+    interpolation : str
+        ``bicubic`` or ``bilinear``, used (with antialiasing) to resize to ``input_size``.
+    pooling : str
+        The embedding: ``cls`` (class token), ``mean_patch`` (mean of the patch tokens),
+        ``image_embed`` (the model's projected image embedding) or ``gap`` (global average pooling of
+        a convolutional feature map).
+    embed_dim : int
+        Dimension of the ``final`` embedding of the real checkpoint.
+    layer_taps : tuple of str
+        The layer names ``forward_features`` accepts; :data:`NETWORK_TAPS` for networks.
+    licence : str
+        The licence of the weights, as released.
+    excluded_datasets : tuple of str
+        Datasets the paper does not evaluate this encoder on (BioViL and CheXzero on APTOS).
+    hf_repo : str or None
+        The Hugging Face repository whose offline cache holds the weights, if any.
+    weight_files : tuple of str
+        File names expected in the weights folder (any one of them suffices); named in errors.
+    intermediate_pooling : str or None
+        Pooling of the intermediate taps when ``pooling`` is ``image_embed`` (which exists only at the
+        end of the network); ``None`` means the same as ``pooling``.
+    feature_layer : int
+        Index of the block whose output is ``final`` (``-1``: the last; LLaVA uses ``-2``).
+    notes : str
+        Where the paper is silent, what we chose and why (the [ours] choices).
+    """
+
+    id: str
+    family: str
+    loader: str
+    architecture: str
+    input_size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str
+    pooling: str
+    embed_dim: int
+    layer_taps: tuple[str, ...]
+    licence: str
+    excluded_datasets: tuple[str, ...] = ()
+    hf_repo: str | None = None
+    weight_files: tuple[str, ...] = ()
+    intermediate_pooling: str | None = None
+    feature_layer: int = -1
+    notes: str = ""
+
+    def __post_init__(self):
+        problems = []
+        if "." not in self.id:
+            problems.append("id must be namespace.name")
+        if self.loader not in LOADERS:
+            problems.append(f"loader must be one of {LOADERS}")
+        if self.loader != "demo" and self.family not in FAMILIES:
+            problems.append(f"family must be one of {FAMILIES}")
+        if self.interpolation not in INTERPOLATIONS:
+            problems.append(f"interpolation must be one of {INTERPOLATIONS}")
+        if self.pooling not in POOLINGS or (self.intermediate_pooling or "cls") not in POOLINGS:
+            problems.append(f"pooling must be one of {POOLINGS}")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            problems.append("mean and std must be 3 numbers, std > 0")
+        if not self.layer_taps or "final" not in self.layer_taps or not set(self.layer_taps) <= set(_TAP_DEPTH):
+            problems.append(f"layer_taps must include 'final' and be among {tuple(_TAP_DEPTH)}")
+        if self.input_size <= 0 or self.embed_dim <= 0:
+            problems.append("input_size and embed_dim must be positive")
+        if problems:
+            raise ValueError(f"EncoderSpec {self.id!r}: " + "; ".join(problems))
+
+    @property
+    def preprocessing(self) -> dict:
+        """The fields that decide the network input (part of the feature-cache key)."""
+        return {"input_size": self.input_size, "mean": list(self.mean), "std": list(self.std),
+                "interpolation": self.interpolation, "resize": "short_side_then_center_crop"}
+
+    def pooling_at(self, layer: str) -> str:
+        """The pooling used at ``layer``: ``pooling`` at ``final``, else ``intermediate_pooling``."""
+        if layer == "final" or self.intermediate_pooling is None:
+            return self.pooling
+        return self.intermediate_pooling
+
+
+def depth_block_indices(n_blocks: int, layers: Sequence[str]) -> dict[str, int]:
+    """Map tap names to 0-based block indices: the block at 25/50/75/100 % of ``n_blocks``.
+
+    >>> depth_block_indices(12, ["depth25", "depth50", "depth75", "final"])
+    {'depth25': 2, 'depth50': 5, 'depth75': 8, 'final': 11}
+    >>> depth_block_indices(4, ["depth25", "final"])
+    {'depth25': 0, 'final': 3}
+    """
+    if n_blocks < 1:
+        raise ValueError(f"n_blocks must be positive, got {n_blocks}")
+    unknown = [name for name in layers if name not in _TAP_DEPTH]
+    if unknown:
+        raise ValueError(f"unknown layer taps {unknown}; expected among {tuple(_TAP_DEPTH)}")
+    return {name: max(1, round(_TAP_DEPTH[name] * n_blocks)) - 1 for name in layers}
+
+
+def pool_tokens(tokens: torch.Tensor, pooling: str, *, num_prefix_tokens: int) -> torch.Tensor:
+    """Pool transformer tokens ``[B, N, D]`` to ``[B, D]``.
+
+    ``cls`` takes token 0; ``mean_patch`` averages the tokens after the ``num_prefix_tokens`` prefix
+    (class and register tokens).
+
+    >>> t = torch.arange(12.).reshape(1, 3, 4)
+    >>> pool_tokens(t, "cls", num_prefix_tokens=1).tolist()
+    [[0.0, 1.0, 2.0, 3.0]]
+    >>> pool_tokens(t, "mean_patch", num_prefix_tokens=1).tolist()
+    [[6.0, 7.0, 8.0, 9.0]]
+    """
+    if tokens.ndim != 3:
+        raise ValueError(f"expected tokens [B, N, D], got shape {tuple(tokens.shape)}")
+    if pooling == "cls":
+        if num_prefix_tokens < 1:
+            raise ValueError("cls pooling needs a class token (num_prefix_tokens >= 1)")
+        return tokens[:, 0]
+    if pooling == "mean_patch":
+        return tokens[:, num_prefix_tokens:].mean(dim=1)
+    raise ValueError(f"pooling {pooling!r} does not apply to tokens; expected 'cls' or 'mean_patch'")
+
+
+def pool_feature_map(fmap: torch.Tensor) -> torch.Tensor:
+    """Global average pooling of a convolutional map ``[B, C, H, W]`` to ``[B, C]``."""
+    if fmap.ndim != 4:
+        raise ValueError(f"expected a feature map [B, C, H, W], got shape {tuple(fmap.shape)}")
+    return fmap.mean(dim=(2, 3))
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights: where they are, how to read them, what they hash to
+# --------------------------------------------------------------------------------------------------
+
+def resolve_weights(spec: EncoderSpec, weights: str | os.PathLike | None = None) -> Path:
+    """The file or folder that holds ``spec``'s weights; never downloads.
+
+    Looks at ``weights`` (overrides all), then ``$CRSREPRO_WEIGHTS/<spec.id>/``, then the offline
+    Hugging Face cache for ``spec.hf_repo`` (``local_files_only=True``).
+
+    Raises
+    ------
+    MissingWeightsError
+        Naming every place looked at and the files expected there.
+    """
+    expected = " or ".join(spec.weight_files) or "the weight files"
+    if weights is not None:
+        path = Path(weights).expanduser()
+        if not path.exists():
+            raise MissingWeightsError(f"{spec.id}: weights path {path} does not exist (expected {expected})")
+        return path
+    looked = []
+    root = os.environ.get("CRSREPRO_WEIGHTS")
+    if root:
+        folder = Path(root).expanduser() / spec.id
+        if folder.is_dir():
+            return folder
+        looked.append(str(folder))
+    else:
+        looked.append("$CRSREPRO_WEIGHTS/<id>/ (CRSREPRO_WEIGHTS is not set)")
+    if spec.hf_repo:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+        try:
+            return Path(snapshot_download(spec.hf_repo, local_files_only=True))
+        except LocalEntryNotFoundError:
+            looked.append(f"the offline Hugging Face cache for {spec.hf_repo}")
+    raise MissingWeightsError(f"{spec.id}: no weights found; looked in {'; '.join(looked)}; "
+                              f"expected {expected}")
+
+
+def find_weight_file(spec: EncoderSpec, path: Path, names: Sequence[str] | None = None) -> Path:
+    """The first of ``names`` (default ``spec.weight_files``) inside folder ``path``, or ``path`` itself."""
+    if path.is_file():
+        return path
+    names = spec.weight_files if names is None else names
+    for name in names:
+        if (path / name).is_file():
+            return path / name
+    raise MissingWeightsError(f"{spec.id}: none of {', '.join(names)} in {path}")
+
+
+def load_state_dict(path: str | os.PathLike) -> dict:
+    """Read a checkpoint safely: safetensors, or ``torch.load(weights_only=True)`` (no arbitrary pickle).
+
+    Released ``.pth`` files often wrap the state dict (``{'model': ...}``, ``{'state_dict': ...}``);
+    the wrapper is returned as is, and the family loader picks its key.
+    """
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+        return load_file(str(path))
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # an unpicklable object or a corrupt file: refuse, say which
+        raise MissingWeightsError(f"{path}: not a readable weights-only checkpoint ({err})") from err
+
+
+_HASH_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _file_sha256(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key not in _HASH_CACHE:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        _HASH_CACHE[key] = digest.hexdigest()
+    return _HASH_CACHE[key]
+
+
+def weights_hash(path: str | os.PathLike) -> str:
+    """SHA-256 of a weight file, or of every file in a folder (relative names included).
+
+    Per-file digests are cached by (path, size, mtime), so repeated calls are cheap.
+    """
+    path = Path(path)
+    if path.is_file():
+        return _file_sha256(path)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise MissingWeightsError(f"weights folder {path} holds no files")
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(f"{p.relative_to(path).as_posix()}\0{_file_sha256(p)}\n".encode())
+    return digest.hexdigest()
+
+
+def state_dict_hash(module: torch.nn.Module) -> str:
+    """SHA-256 of a module's parameters and buffers (for models built without a weight file)."""
+    digest = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}\n".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def read_json(path: Path) -> dict:
+    """A JSON file as a dict ({} when it does not exist)."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+# --------------------------------------------------------------------------------------------------
+# The Encoder base class
+# --------------------------------------------------------------------------------------------------
+
+class Encoder:
+    """An encoder built from a spec: the batched tensor path plus a convenience PIL path.
+
+    Subclasses implement :meth:`_forward_layers`. See the module docstring for the contract.
+
+    Parameters
+    ----------
+    spec : EncoderSpec
+    model : torch.nn.Module or None
+        The network (put in eval mode on ``device``), or None for extractors that are not networks.
+    device : str or torch.device
+    weights_path : Path or None
+        The file or folder the weights came from; hashed for :attr:`weights_hash`.
+    """
+
+    def __init__(self, spec: EncoderSpec, model: torch.nn.Module | None, *, device="cpu",
+                 weights_path: Path | None = None):
+        self.spec = spec
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval() if model is not None else None
+        self.weights_path = Path(weights_path) if weights_path is not None else None
+        self._weights_hash = None
+        mean = torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1)
+        self._mean = mean.to(self.device)
+        self._std = torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1).to(self.device)
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.spec.id!r}, device={str(self.device)!r})"
+
+    @property
+    def weights_hash(self) -> str:
+        """SHA-256 of the weight files, else of the model's parameters; subclasses without either override."""
+        if self._weights_hash is None:
+            if self.weights_path is not None:
+                self._weights_hash = weights_hash(self.weights_path)
+            elif self.model is not None:
+                self._weights_hash = state_dict_hash(self.model)
+            else:
+                raise NotImplementedError(f"{type(self).__name__} must define weights_hash")
+        return self._weights_hash
+
+    def resize(self, batch_uint8: torch.Tensor) -> torch.Tensor:
+        """Resize the short side to ``spec.input_size`` (antialiased) and centre-crop to a square.
+
+        Works on ``uint8`` or float tensors ``[B, 3, H, W]`` and keeps the dtype; a batch already at the
+        input size is returned unchanged. [ours] a centre crop with crop fraction 1.0 for every encoder,
+        so that every encoder sees the same field of view.
+        """
+        size = self.spec.input_size
+        if batch_uint8.shape[-2:] == (size, size):
+            return batch_uint8
+        mode = InterpolationMode.BICUBIC if self.spec.interpolation == "bicubic" else InterpolationMode.BILINEAR
+        x = TF.resize(batch_uint8, [size], interpolation=mode, antialias=True)
+        return TF.center_crop(x, [size, size])
+
+    def preprocess(self, batch_uint8: torch.Tensor) -> torch.Tensor:
+        """``uint8 [B, 3, H, W]`` to the normalised float network input ``[B, 3, S, S]`` on the device."""
+        if batch_uint8.ndim != 4 or batch_uint8.shape[1] != 3:
+            raise ValueError(f"{self.spec.id}: expected images [B, 3, H, W], got {tuple(batch_uint8.shape)}")
+        x = self.resize(batch_uint8.to(self.device, non_blocking=True))
+        x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
+        return (x - self._mean) / self._std
+
+    def forward_features(self, x: torch.Tensor, *, layers: Sequence[str] = ("final",)) -> dict[str, torch.Tensor]:
+        """Pooled features ``{layer: [B, D]}`` for the requested taps, all from one forward pass."""
+        layers = tuple(layers)
+        unknown = [name for name in layers if name not in self.spec.layer_taps]
+        if unknown or not layers:
+            raise ValueError(f"{self.spec.id}: layers {list(layers)} must be a non-empty subset of "
+                             f"{list(self.spec.layer_taps)}")
+        with torch.inference_mode():
+            out = self._forward_layers(x, layers)
+        return {name: out[name].float() for name in layers}
+
+    def _forward_layers(self, x: torch.Tensor, layers: tuple[str, ...]) -> Mapping[str, torch.Tensor]:
+        """Subclasses: ``{layer: [B, D]}`` for every name in ``layers`` (already validated)."""
+        raise NotImplementedError
+
+    def encode_images(self, images: Sequence, *, batch_size: int = 32) -> np.ndarray:
+        """Embed PIL images at ``final``: an ``(N, D)`` float32 array in the order given."""
+        if len(images) == 0:
+            raise ValueError(f"{self.spec.id}: encode_images needs at least one image")
+        chunks = []
+        for start in range(0, len(images), batch_size):
+            batch = torch.stack([self.resize(pil_to_uint8_tensor(im)[None])[0]
+                                 for im in images[start:start + batch_size]])
+            feats = self.forward_features(self.preprocess(batch), layers=("final",))["final"]
+            chunks.append(feats.cpu().numpy().astype(np.float32))
+        return np.concatenate(chunks)
+
+
+def pil_to_uint8_tensor(image) -> torch.Tensor:
+    """A PIL image (any mode) as an RGB ``uint8 [3, H, W]`` tensor."""
+    array = np.asarray(image.convert("RGB"), dtype=np.uint8)
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry
+# --------------------------------------------------------------------------------------------------
+
+Builder = Callable[..., Encoder]  # builder(spec, *, weights, device) -> Encoder
+_REGISTRY: dict[str, tuple[EncoderSpec, Builder]] = {}
+
+
+def register(spec: EncoderSpec, builder: Builder) -> None:
+    """Add ``spec`` with its ``builder(spec, *, weights, device) -> Encoder``; a duplicate id raises."""
+    if spec.id in _REGISTRY:
+        raise ValueError(f"encoder {spec.id!r} is already registered")
+    _REGISTRY[spec.id] = (spec, builder)
+
+
+def list_encoders() -> list[str]:
+    """The registered encoder ids, in registration order."""
+    return list(_REGISTRY)
+
+
+def _lookup(encoder_id: str) -> tuple[EncoderSpec, Builder]:
+    try:
+        return _REGISTRY[encoder_id]
+    except KeyError:
+        close = difflib.get_close_matches(str(encoder_id), list(_REGISTRY), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(_REGISTRY)}"
+        raise UnknownEncoderError(f"unknown encoder {encoder_id!r}{hint}") from None
+
+
+def get_spec(encoder_id: str) -> EncoderSpec:
+    """The frozen spec of ``encoder_id``; an unknown id raises UnknownEncoderError with close matches."""
+    return _lookup(encoder_id)[0]
+
+
+def create_encoder(encoder_id: str, *, weights: str | os.PathLike | None = None, device="cpu") -> Encoder:
+    """Build encoder ``encoder_id`` on ``device`` from local weights (``weights`` overrides the lookup).
+
+    Raises
+    ------
+    UnknownEncoderError
+        The id is not registered.
+    MissingWeightsError
+        The weights are not found (see :func:`resolve_weights`).
+    """
+    spec, builder = _lookup(encoder_id)
+    return builder(spec, weights=weights, device=device)
