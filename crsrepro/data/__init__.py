@@ -1,0 +1,139 @@
+"""The data layer: real loaders for ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR (DESIGN.md section 3).
+
+:func:`load_dataset` reads a release exactly as it is laid out on disk and returns one table per
+dataset with the same columns for every dataset:
+
+- ``image_id`` (str), ``path`` (absolute; the file exists), ``group`` (patient id, or lesion id for
+  ISIC, so that no group crosses splits);
+- ``label`` (int) for the multi-class sets, or one float column per label (1.0 / 0.0 / NaN when
+  masked) for the multi-label sets, named as the release names them;
+- ``source_split`` where the release defines one (CheXpert's train/valid, MIMIC's official split);
+- ``df.attrs["task"]`` (``"multiclass"`` or ``"multilabel"``) and ``df.attrs["label_names"]`` (the
+  release's column order).
+
+:func:`prepare_dataset` adds what a run needs on top: it writes the demo world when the profile asks
+for it, attaches the frozen split manifest (:mod:`crsrepro.data.manifests`), and selects MIMIC's
+official test split as the transfer set. Bad input raises :class:`~crsrepro.errors.DataError` naming
+the file and the row; what is left out on purpose is counted in the log.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pandas as pd
+from PIL import Image, UnidentifiedImageError
+
+from crsrepro.data import aptos2019, chexpert, isic2019, mimic_cxr
+from crsrepro.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("multiclass", "multilabel")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What the rest of the package needs to know about a dataset.
+
+    Attributes
+    ----------
+    id : str
+        The dataset id (``isic2019``, ``aptos2019``, ``chexpert``, ``mimic_cxr``).
+    task : str
+        ``multiclass`` or ``multilabel``.
+    label_names : tuple of str
+        The classes or labels, in the release's column order.
+    trainable : bool
+        False for a transfer-only dataset (MIMIC-CXR: probes are applied to it, never trained on it).
+    loader : module
+        The module whose ``load(root, *, u_policy)`` reads the release.
+    """
+
+    id: str
+    task: str
+    label_names: tuple[str, ...]
+    trainable: bool
+    loader: ModuleType
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    spec.id: spec for spec in (
+        DatasetSpec("isic2019", isic2019.TASK, tuple(isic2019.LABEL_NAMES), True, isic2019),
+        DatasetSpec("aptos2019", aptos2019.TASK, tuple(aptos2019.LABEL_NAMES), True, aptos2019),
+        DatasetSpec("chexpert", chexpert.TASK, tuple(chexpert.LABEL_NAMES), True, chexpert),
+        DatasetSpec("mimic_cxr", mimic_cxr.TASK, tuple(mimic_cxr.LABEL_NAMES), False, mimic_cxr),
+    )
+}
+
+
+def get_spec(name: str) -> DatasetSpec:
+    """The :class:`DatasetSpec` of ``name``; an unknown name raises a ValueError listing the known ones."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
+    return DATASETS[name]
+
+
+def label_matrix(df: pd.DataFrame) -> np.ndarray:
+    """The labels of a loaded table: an int vector (multiclass) or a float (n, L) matrix with NaN (multilabel)."""
+    if df.attrs["task"] == "multiclass":
+        return df["label"].to_numpy(dtype=int)
+    return df[list(df.attrs["label_names"])].to_numpy(dtype=float)
+
+
+def load_dataset(name: str, root, *, u_policy: str = "ignore") -> pd.DataFrame:
+    """Read one dataset from its release layout under ``root``.
+
+    Parameters
+    ----------
+    name : str
+        ``isic2019``, ``aptos2019``, ``chexpert`` or ``mimic_cxr``.
+    root : path
+        The folder that holds the release as downloaded (see each loader module for the layout).
+    u_policy : {"ignore", "ones", "zeros"}
+        CheXpert/MIMIC uncertain labels (-1): masked (NaN), set to 1, or set to 0 (DESIGN.md section 3,
+        [ours], default ``ignore``). Unused for the multi-class sets.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per image, in the release's order, with the columns described in the module docstring
+        and ``attrs["task"]``, ``attrs["label_names"]``, ``attrs["dataset"]``, ``attrs["root"]``.
+
+    Raises
+    ------
+    DataError
+        A file or column is missing, a label value is unknown, an image file is missing, or nothing is
+        left after filtering. The message names the file and the line.
+    """
+    spec = get_spec(name)
+    root = Path(root).expanduser().absolute()
+    if not root.is_dir():
+        raise DataError(f"{root}: folder not found (expected the {name} release here)")
+    df = spec.loader.load(root, u_policy=u_policy)
+    if df.empty:  # every loader already checks its own files; this guards the contract
+        raise DataError(f"{root}: no usable {name} images")
+    df.attrs.update(task=spec.task, label_names=list(spec.label_names), dataset=name, root=str(root))
+    logger.info("%s: %d images, %d groups from %s", name, len(df), df["group"].nunique(), root)
+    return df
+
+
+def read_image(path) -> Image.Image:
+    """Open an image file as an RGB PIL image (grayscale radiographs are replicated to 3 channels).
+
+    Raises
+    ------
+    DataError
+        The file is missing, truncated or not an image; the message names the file.
+    """
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except FileNotFoundError:
+        raise DataError(f"{path}: image file not found") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise DataError(f"{path}: corrupt or unreadable image ({exc})") from None

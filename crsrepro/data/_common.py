@@ -1,0 +1,110 @@
+"""Helpers shared by the dataset loaders: csv reading, column checks, label parsing, path checks.
+
+Every check raises :class:`~crsrepro.errors.DataError` with the file and the csv line (the header is
+line 1) so that a user can open the file and fix it (DESIGN.md section 3, "Bad input").
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.errors import DataError
+
+logger = logging.getLogger(__name__)
+
+U_POLICIES = ("ignore", "ones", "zeros")
+
+# CheXpert's 14 labels in the order of the columns of CheXpert's train.csv; MIMIC-CXR uses the same
+# names (in alphabetical order in its own csv, reordered to this order by the MIMIC loader).
+CHEXPERT_LABELS = [
+    "No Finding", "Enlarged Cardiomediastinum", "Cardiomegaly", "Lung Opacity", "Lung Lesion",
+    "Edema", "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion",
+    "Pleural Other", "Fracture", "Support Devices",
+]
+
+
+def require_file(path: Path, what: str) -> Path:
+    """Return ``path`` if it is a file, else raise a DataError that says what was expected there."""
+    if not Path(path).is_file():
+        raise DataError(f"{path}: file not found (expected {what})")
+    return Path(path)
+
+
+def read_csv(path: Path, columns: list[str], what: str) -> pd.DataFrame:
+    """Read a release csv (plain or ``.gz``) as strings; blanks stay ``""``; check ``columns`` exist."""
+    require_file(path, what)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError) as exc:
+        raise DataError(f"{path}: cannot be read as a csv ({exc})") from None
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {missing} (found {list(df.columns)})")
+    if df.empty:
+        raise DataError(f"{path}: has a header but no rows")
+    return df
+
+
+def csv_line(row_index: int) -> int:
+    """The 1-based line of a 0-based data row in a csv with a one-line header."""
+    return int(row_index) + 2
+
+
+def parse_chexpert_labels(df: pd.DataFrame, label_names: list[str], *, path: Path, u_policy: str,
+                          rows=None) -> pd.DataFrame:
+    """Turn CheXpert-style label columns (``1``, ``0``, ``-1``, blank) into floats.
+
+    A blank is 0 (the labeller did not mention the finding). An uncertain ``-1`` follows ``u_policy``
+    (DESIGN.md section 3, [ours]): ``ignore`` masks it (NaN), ``ones`` makes it 1, ``zeros`` makes it 0.
+    Any other value raises a DataError naming the file, line, column and value (``rows``: as in
+    :func:`check_rows`).
+    """
+    if u_policy not in U_POLICIES:
+        raise ValueError(f"u_policy must be one of {U_POLICIES}, got {u_policy!r}")
+    uncertain = {"ignore": np.nan, "ones": 1.0, "zeros": 0.0}[u_policy]
+    out = pd.DataFrame(index=df.index)
+    for name in label_names:
+        raw = df[name].str.strip()
+        values = pd.to_numeric(raw.where(raw != ""), errors="coerce")
+        ok = (raw == "") | values.isin([1.0, 0.0, -1.0])
+        check_rows(ok, path, lambda i: f"column {name!r} has value {raw.iloc[i]!r} (expected 1, 0, -1 or blank)",
+                   rows=rows)
+        out[name] = values.fillna(0.0).replace(-1.0, uncertain).astype(float)
+    n_uncertain = int(sum((df[name].str.strip().isin(["-1", "-1.0"])).sum() for name in label_names))
+    logger.info("%s: %d uncertain (-1) labels -> u_policy=%s", path, n_uncertain, u_policy)
+    return out
+
+
+def check_rows(ok, path: Path, describe, *, rows=None) -> None:
+    """Raise a DataError at the first row where ``ok`` is False.
+
+    ``describe(i)`` says what is wrong with row ``i`` (a position in ``ok``); ``rows`` maps positions
+    to 0-based data rows of the csv when the frame was filtered (default: the same positions).
+    """
+    ok = np.asarray(ok, dtype=bool)
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        row = i if rows is None else int(np.asarray(rows)[i])
+        raise DataError(f"{path}: line {csv_line(row)}: {describe(i)}")
+
+
+def check_unique(ids: pd.Series, path: Path, what: str) -> None:
+    """Raise a DataError at the first repeated id."""
+    check_rows(~ids.duplicated().to_numpy(), path, lambda i: f"{what} {ids.iloc[i]} is listed twice")
+
+
+def check_images_exist(paths: pd.Series, *, csv_path: Path, rows=None) -> None:
+    """Raise a DataError for the first image path that does not exist (and say how many are missing)."""
+    exists = np.fromiter((os.path.isfile(p) for p in paths), dtype=bool, count=len(paths))
+    check_rows(exists, csv_path, rows=rows, describe=lambda i: (
+        f"image file {paths.iloc[i]} does not exist ({int((~exists).sum())} of {len(paths)} listed images are missing)"))
+
+
+def log_filtered(path: Path, n_removed: int, n_total: int, reason: str) -> None:
+    """Log what a loader leaves out on purpose (never silently)."""
+    logger.info("%s: left out %d of %d rows: %s", path, n_removed, n_total, reason)

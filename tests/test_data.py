@@ -1,0 +1,247 @@
+"""Loaders on tiny fixtures written in each release's real layout (issue 3)."""
+
+import gzip
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from crsrepro.data import DATASETS, TASKS, label_matrix, load_dataset, read_image
+from crsrepro.data._common import CHEXPERT_LABELS
+from crsrepro.errors import DataError
+
+
+def _image(path, mode="RGB", fmt=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, (8, 8), 128).save(path, format=fmt)
+
+
+# ---------------------------------------------------------------- fixture writers (the real layouts)
+def write_isic(root, rows):
+    """rows: (image, class or 'UNK', lesion_id) -> GroundTruth + Metadata csvs and jpgs."""
+    names = ["MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC", "UNK"]
+    gt = pd.DataFrame([[image] + [1.0 if n == cls else 0.0 for n in names] for image, cls, _ in rows],
+                      columns=["image"] + names)
+    gt.to_csv(root / "ISIC_2019_Training_GroundTruth.csv", index=False)
+    meta = pd.DataFrame([[image, 55.0, "anterior torso", lesion, "male"] for image, _, lesion in rows],
+                        columns=["image", "age_approx", "anatom_site_general", "lesion_id", "sex"])
+    meta.to_csv(root / "ISIC_2019_Training_Metadata.csv", index=False)
+    for image, _, _ in rows:
+        _image(root / "ISIC_2019_Training_Input" / f"{image}.jpg")
+
+
+def write_aptos(root, rows):
+    pd.DataFrame(rows, columns=["id_code", "diagnosis"]).to_csv(root / "train.csv", index=False)
+    for id_code, _ in rows:
+        _image(root / "train_images" / f"{id_code}.png")
+
+
+def write_chexpert(root, split_rows, release="CheXpert-v1.0-small"):
+    """split_rows: {split: [(patient, study, view, frontal, {label: value})]}; value '' = blank."""
+    for split, rows in split_rows.items():
+        records = []
+        for patient, study, view, frontal, labels in rows:
+            rel = f"{release}/{split}/patient{patient:05d}/study{study}/view{view}_{'frontal' if frontal else 'lateral'}.jpg"
+            records.append({"Path": rel, "Sex": "Female", "Age": 60, "Frontal/Lateral": "Frontal" if frontal else "Lateral",
+                            "AP/PA": "AP" if frontal else "", **{n: labels.get(n, "") for n in CHEXPERT_LABELS}})
+            _image(root / rel, mode="L")
+        (root / release).mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(records).to_csv(root / release / f"{split}.csv", index=False)
+
+
+def write_mimic(root, images, study_labels, splits):
+    """images: (dicom, subject, study, view); study_labels: {(subject, study): {label: value}}."""
+    meta = pd.DataFrame([{"dicom_id": d, "subject_id": s, "study_id": t, "PerformedProcedureStepDescription": "CHEST",
+                          "ViewPosition": v, "Rows": 8, "Columns": 8} for d, s, t, v in images])
+    split = pd.DataFrame([{"dicom_id": d, "study_id": t, "subject_id": s, "split": splits[d]} for d, s, t, _ in images])
+    labels = pd.DataFrame([{"subject_id": s, "study_id": t, **{n: lab.get(n, "") for n in sorted(CHEXPERT_LABELS)}}
+                           for (s, t), lab in study_labels.items()])
+    assert list(labels.columns[2:]) == sorted(CHEXPERT_LABELS)  # the real file is alphabetical
+    for frame, name in ((meta, "metadata"), (split, "split"), (labels, "chexpert")):
+        with gzip.open(root / f"mimic-cxr-2.0.0-{name}.csv.gz", "wt") as f:
+            frame.to_csv(f, index=False)
+    for d, s, t, _ in images:
+        _image(root / "files" / f"p{str(s)[:2]}" / f"p{s}" / f"s{t}" / f"{d}.jpg", mode="L")
+
+
+ISIC_ROWS = [("ISIC_0000000", "NV", "HAM_0000001"), ("ISIC_0000001", "NV", "HAM_0000001"),
+             ("ISIC_0000002_downsampled", "MEL", ""), ("ISIC_0000003", "SCC", "BCN_0000003")]
+
+
+def test_specs():
+    assert set(DATASETS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr"}
+    assert {s.task for s in DATASETS.values()} <= set(TASKS)
+    assert DATASETS["isic2019"].label_names == ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
+    assert DATASETS["mimic_cxr"].label_names == DATASETS["chexpert"].label_names
+    assert not DATASETS["mimic_cxr"].trainable
+
+
+# ---------------------------------------------------------------- ISIC 2019
+def test_isic_reads_onehot_lesion_groups_and_downsampled_ids(tmp_path):
+    write_isic(tmp_path, ISIC_ROWS)
+    df = load_dataset("isic2019", tmp_path)
+    assert df.attrs["task"] == "multiclass" and df.attrs["label_names"][0] == "MEL"
+    assert df["image_id"].tolist() == [r[0] for r in ISIC_ROWS]
+    assert df["label"].tolist() == [1, 1, 0, 7]
+    assert df["group"].tolist() == ["HAM_0000001", "HAM_0000001", "ISIC_0000002_downsampled", "BCN_0000003"]
+    assert all(p.startswith(str(tmp_path)) and p.endswith(".jpg") for p in df["path"])
+    assert label_matrix(df).dtype.kind == "i"
+
+
+def test_isic_unk_and_not_onehot_are_errors(tmp_path):
+    write_isic(tmp_path, ISIC_ROWS[:2] + [("ISIC_0000009", "UNK", "")])
+    with pytest.raises(DataError, match=r"GroundTruth.csv: line 4: image ISIC_0000009 is labelled UNK"):
+        load_dataset("isic2019", tmp_path)
+    gt = pd.read_csv(tmp_path / "ISIC_2019_Training_GroundTruth.csv")
+    gt.loc[2, ["UNK", "MEL", "NV"]] = [0.0, 1.0, 1.0]
+    gt.to_csv(tmp_path / "ISIC_2019_Training_GroundTruth.csv", index=False)
+    with pytest.raises(DataError, match=r"line 4: .* has 2 positive classes"):
+        load_dataset("isic2019", tmp_path)
+
+
+def test_isic_missing_metadata_row_and_missing_column(tmp_path):
+    write_isic(tmp_path, ISIC_ROWS)
+    meta_path = tmp_path / "ISIC_2019_Training_Metadata.csv"
+    meta = pd.read_csv(meta_path)
+    meta.iloc[:3].to_csv(meta_path, index=False)
+    with pytest.raises(DataError, match=r"line 5: image ISIC_0000003 has no row in .*Metadata.csv"):
+        load_dataset("isic2019", tmp_path)
+    meta.drop(columns="lesion_id").to_csv(meta_path, index=False)
+    with pytest.raises(DataError, match=r"Metadata.csv: missing column\(s\) \['lesion_id'\]"):
+        load_dataset("isic2019", tmp_path)
+
+
+def test_missing_image_names_file_and_line(tmp_path):
+    write_isic(tmp_path, ISIC_ROWS)
+    (tmp_path / "ISIC_2019_Training_Input" / "ISIC_0000001.jpg").unlink()
+    with pytest.raises(DataError, match=r"GroundTruth.csv: line 3: image file .*ISIC_0000001.jpg does not exist "
+                                        r"\(1 of 4 listed images are missing\)"):
+        load_dataset("isic2019", tmp_path)
+
+
+# ---------------------------------------------------------------- APTOS 2019
+def test_aptos_reads_grades(tmp_path):
+    write_aptos(tmp_path, [("000c1434d8d7", 2), ("001639a390f0", 4), ("0024cdab0c1e", 0)])
+    df = load_dataset("aptos2019", tmp_path)
+    assert df["label"].tolist() == [2, 4, 0]
+    assert (df["group"] == df["image_id"]).all()
+    assert df.attrs["label_names"] == ["No DR", "Mild", "Moderate", "Severe", "Proliferative DR"]
+
+
+def test_aptos_unknown_grade_duplicate_and_empty(tmp_path):
+    write_aptos(tmp_path, [("a1", 2), ("a2", 7)])
+    with pytest.raises(DataError, match=r"train.csv: line 3: diagnosis '7' of a2 is not a grade 0..4"):
+        load_dataset("aptos2019", tmp_path)
+    write_aptos(tmp_path, [("a1", 2), ("a1", 3)])
+    with pytest.raises(DataError, match=r"line 3: id_code a1 is listed twice"):
+        load_dataset("aptos2019", tmp_path)
+    write_aptos(tmp_path, [])
+    with pytest.raises(DataError, match=r"train.csv: has a header but no rows"):
+        load_dataset("aptos2019", tmp_path)
+
+
+def test_missing_csv_and_missing_root(tmp_path):
+    with pytest.raises(DataError, match=r"train.csv: file not found"):
+        load_dataset("aptos2019", tmp_path)
+    with pytest.raises(DataError, match=r"folder not found"):
+        load_dataset("aptos2019", tmp_path / "nowhere")
+    with pytest.raises(ValueError, match=r"unknown dataset 'isic'"):
+        load_dataset("isic", tmp_path)
+
+
+# ---------------------------------------------------------------- CheXpert
+CHEX = {
+    "train": [(1, 1, 1, True, {"No Finding": "1.0"}),
+              (1, 1, 2, False, {"Edema": "1.0"}),
+              (2, 1, 1, True, {"Edema": "-1.0", "Cardiomegaly": "0.0", "Support Devices": "1.0"}),
+              (2, 2, 1, True, {"Pleural Effusion": "1.0", "Edema": "1.0"})],
+    "valid": [(64541, 1, 1, True, {n: "0.0" for n in CHEXPERT_LABELS} | {"Atelectasis": "1.0"})],
+}
+
+
+@pytest.mark.parametrize("policy,expected", [("ignore", np.nan), ("ones", 1.0), ("zeros", 0.0)])
+def test_chexpert_u_policy_blank_frontal_and_patient(tmp_path, caplog, policy, expected):
+    write_chexpert(tmp_path, CHEX)
+    with caplog.at_level(logging.INFO):
+        df = load_dataset("chexpert", tmp_path, u_policy=policy)
+    assert "left out 1 of 4 rows: lateral views" in caplog.text
+    assert df.attrs["task"] == "multilabel" and df.attrs["label_names"] == CHEXPERT_LABELS
+    assert df["image_id"].tolist() == ["train/patient00001/study1/view1_frontal", "train/patient00002/study1/view1_frontal",
+                                       "train/patient00002/study2/view1_frontal", "valid/patient64541/study1/view1_frontal"]
+    assert df["group"].tolist() == ["patient00001", "patient00002", "patient00002", "patient64541"]
+    assert df["source_split"].tolist() == ["train", "train", "train", "valid"]
+    np.testing.assert_equal(df["Edema"].to_numpy(), [0.0, expected, 1.0, 0.0])   # blank -> 0
+    assert df["Cardiomegaly"].tolist() == [0.0, 0.0, 0.0, 0.0]
+    assert df["Atelectasis"].tolist() == [0.0, 0.0, 0.0, 1.0]
+    assert label_matrix(df).shape == (4, 14)
+
+
+def test_chexpert_full_release_and_bad_label_value(tmp_path):
+    rows = {"train": [(1, 1, 1, True, {"Fracture": "2.0"})], "valid": CHEX["valid"]}
+    write_chexpert(tmp_path, rows, release="CheXpert-v1.0")
+    with pytest.raises(DataError, match=r"CheXpert-v1.0/train.csv: line 2: column 'Fracture' has value '2.0'"):
+        load_dataset("chexpert", tmp_path)
+    write_chexpert(tmp_path, {"train": CHEX["train"]}, release="CheXpert-v1.0")
+    assert len(load_dataset("chexpert", tmp_path)) == 4
+
+
+def test_chexpert_errors(tmp_path):
+    with pytest.raises(DataError, match=r"no CheXpert release found"):
+        load_dataset("chexpert", tmp_path)
+    write_chexpert(tmp_path, {"train": [(1, 1, 2, False, {})], "valid": CHEX["valid"]})
+    with pytest.raises(DataError, match=r"train.csv: no frontal views among its 1 rows"):
+        load_dataset("chexpert", tmp_path)
+    # the error line counts the lateral row that was filtered out before it
+    write_chexpert(tmp_path, {"train": CHEX["train"], "valid": CHEX["valid"]})
+    (tmp_path / "CheXpert-v1.0-small/train/patient00002/study2/view1_frontal.jpg").unlink()
+    with pytest.raises(DataError, match=r"train.csv: line 5: image file .*study2/view1_frontal.jpg does not exist"):
+        load_dataset("chexpert", tmp_path)
+
+
+# ---------------------------------------------------------------- MIMIC-CXR
+def test_mimic_reorders_labels_joins_studies_and_filters_views(tmp_path, caplog):
+    images = [("aa-1", 10000032, 50414267, "PA"), ("aa-2", 10000032, 50414267, "LATERAL"),
+              ("bb-1", 10000764, 57375967, "AP"), ("cc-1", 11000011, 51111111, "PA")]
+    labels = {(10000032, 50414267): {"Atelectasis": "1.0", "Support Devices": "-1.0"},
+              (10000764, 57375967): {"No Finding": "1.0", "Pneumothorax": "0.0"}}
+    write_mimic(tmp_path, images, labels, {"aa-1": "test", "aa-2": "test", "bb-1": "train", "cc-1": "validate"})
+    with caplog.at_level(logging.INFO):
+        df = load_dataset("mimic_cxr", tmp_path)
+    assert "left out 1 of 4 rows: views other than PA/AP" in caplog.text
+    assert "left out 1 of 3 rows: frontal images whose study has no row" in caplog.text
+    assert df["image_id"].tolist() == ["aa-1", "bb-1"]
+    assert df["source_split"].tolist() == ["test", "train"]
+    assert df["group"].tolist() == ["10000032", "10000764"]
+    assert df.attrs["label_names"] == CHEXPERT_LABELS
+    # CheXpert's column order, whatever order the MIMIC csv used
+    assert label_matrix(df)[0].tolist()[:9] == [0, 0, 0, 0, 0, 0, 0, 0, 1]
+    assert np.isnan(df["Support Devices"].iloc[0]) and df["No Finding"].tolist() == [0.0, 1.0]
+    assert df["path"].iloc[0].endswith("files/p10/p10000032/s50414267/aa-1.jpg")
+
+
+def test_mimic_missing_split_row_and_bad_split(tmp_path):
+    images = [("aa-1", 10000032, 50414267, "PA")]
+    labels = {(10000032, 50414267): {}}
+    write_mimic(tmp_path, images, labels, {"aa-1": "holdout"})
+    with pytest.raises(DataError, match=r"split.csv.gz: line 2: split 'holdout' is not one of train, validate, test"):
+        load_dataset("mimic_cxr", tmp_path)
+    write_mimic(tmp_path, images, {(10000099, 1): {}}, {"aa-1": "test"})
+    with pytest.raises(DataError, match=r"no frontal image with a label row"):
+        load_dataset("mimic_cxr", tmp_path)
+
+
+# ---------------------------------------------------------------- images
+def test_read_image_rgb_and_corrupt(tmp_path):
+    _image(tmp_path / "gray.jpg", mode="L")
+    assert read_image(tmp_path / "gray.jpg").mode == "RGB"
+    (tmp_path / "bad.jpg").write_bytes(b"not an image")
+    with pytest.raises(DataError, match=r"bad.jpg: corrupt or unreadable image"):
+        read_image(tmp_path / "bad.jpg")
+    data = (tmp_path / "gray.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"cut.jpg: corrupt"):
+        read_image(tmp_path / "cut.jpg")
+    with pytest.raises(DataError, match=r"missing.jpg: image file not found"):
+        read_image(tmp_path / "missing.jpg")
