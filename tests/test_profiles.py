@@ -1,0 +1,68 @@
+"""Profiles: the shipped ones load, and every bad input is an error that names the key."""
+
+import pytest
+import yaml
+
+from crsrepro.errors import ProfileError
+from crsrepro.profiles import list_profiles, load_profile
+
+
+def test_shipped_profiles_load():
+    assert set(list_profiles()) >= {"demo", "smoke", "paper"}
+    demo, smoke, paper = (load_profile(n) for n in ("demo", "smoke", "paper"))
+    assert demo.conditions()[0] == "clean" and len(demo.conditions()) == 16
+    assert smoke.probe["backend"] == demo.probe["backend"]  # inherited through include
+    assert smoke.demo_world["seed"] == demo.demo_world["seed"]
+    assert smoke.demo_world["image_size"] < demo.demo_world["image_size"]
+    assert len(paper.encoders) == 15 and paper.transfer == {"chexpert": "mimic_cxr"}
+
+
+def _write(tmp_path, data, name="p.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"probe": {"backend": "svm"}}, "probe.backend"),
+    ({"seeds": []}, "seeds"),
+    ({"label_fractions": [0.5, 2.0]}, "label_fractions"),
+    ({"label_fractions": [0.1, 0.5]}, "must include 1.0"),
+    ({"severities": [4]}, "severities"),
+    ({"perturbations": ["motion_blur"]}, "perturbations"),
+    ({"datasets": ["mnist"]}, "datasets"),
+    ({"features": {"batch_size": 0}}, "features.batch_size"),
+    ({"data": {"u_policy": "maybe"}}, "data.u_policy"),
+    ({"transfer": {"isic2019": "mimic_cxr"}, "datasets": ["chexpert"]}, "transfer"),
+])
+def test_bad_values_name_the_key(tmp_path, override, message):
+    with pytest.raises(ProfileError, match=message.replace(".", r"\.")):
+        load_profile("smoke", overrides=override)
+
+
+def test_unknown_keys_are_errors(tmp_path):
+    with pytest.raises(ProfileError, match="unknown key probe.learning_rate"):
+        load_profile(_write(tmp_path, {"include": "smoke", "probe": {"learning_rate": 1}}))
+    with pytest.raises(ProfileError, match="unknown key colour"):
+        load_profile(_write(tmp_path, {"include": "smoke", "colour": "red"}))
+
+
+def test_missing_profile_and_include_cycle(tmp_path):
+    with pytest.raises(ProfileError, match="no profile 'nope'.*shipped profiles"):
+        load_profile("nope")
+    _write(tmp_path, {"include": str(tmp_path / "b.yaml")}, "a.yaml")
+    _write(tmp_path, {"include": str(tmp_path / "a.yaml")}, "b.yaml")
+    with pytest.raises(ProfileError, match="include cycle"):
+        load_profile(tmp_path / "a.yaml")
+
+
+def test_paths_resolve_and_unset_variables_fail_only_when_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("CRSREPRO_DATA", raising=False)
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home"))
+    paper = load_profile("paper")  # loading does not need the data
+    assert paper.output_path == tmp_path / "home" / "paper" / "results"
+    with pytest.raises(ProfileError, match=r"data\.root uses \$\{CRSREPRO_DATA\}"):
+        paper.dataset_root("isic2019")
+    monkeypatch.setenv("CRSREPRO_DATA", str(tmp_path / "data"))
+    assert paper.dataset_root("isic2019") == tmp_path / "data" / "isic2019"
+    assert load_profile("demo").dataset_root("aptos2019") == tmp_path / ".crsrepro/demo/data/aptos2019"
