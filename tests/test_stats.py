@@ -1,0 +1,189 @@
+"""Tests of the rank statistics and the paired bootstraps (DESIGN.md section 10, issue 6)."""
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from crsrepro.crs import ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
+from crsrepro.metrics import macro_auroc
+from crsrepro.stats import _weighted_macro_auroc, case_paired_bootstrap, rank_agreement, seed_paired_bootstrap
+
+import torch
+
+
+def synthetic_per_seed(n_encoders=15, datasets=("isic2019", "aptos2019", "chexpert"), n_seeds=5, noise=0.01,
+                       rng=0, quality=None):
+    """Per-seed profiles: encoder i has a latent quality; seeds add independent noise."""
+    rng = np.random.default_rng(rng)
+    quality = np.linspace(0.0, 1.0, n_encoders) if quality is None else np.asarray(quality)
+    rows = []
+    for d in datasets:
+        base = rng.uniform(-0.1, 0.1, size=(n_encoders, 4))
+        for s in range(n_seeds):
+            for i in range(n_encoders):
+                q = quality[i] + base[i] + rng.normal(0, noise, 4)
+                rows.append(dict(encoder=f"e{i:02d}", dataset=d, seed=s, auroc=0.6 + 0.3 * q[0],
+                                 ece=0.2 - 0.15 * q[1], retention=0.7 + 0.25 * q[2], robustness=0.8 + 0.18 * q[3]))
+    return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- rank agreement
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rank_agreement_matches_scipy(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=12)
+    b = a + rng.normal(scale=1.0, size=12)
+    if seed % 2:  # ties in both
+        a, b = np.round(a, 0), np.round(b, 0)
+    names = [f"e{i}" for i in range(12)]
+    r = rank_agreement(dict(zip(names, a)), dict(zip(names, b)))
+    assert r.kendall_tau == pytest.approx(sps.kendalltau(a, b, variant="b").statistic, abs=1e-12)
+    assert r.spearman_rho == pytest.approx(sps.spearmanr(a, b).statistic, abs=1e-12)
+    assert r.n_pairs == 66
+    i, j = np.triu_indices(12, 1)
+    assert r.reversed_pairs == int(np.sum((a[i] - a[j]) * (b[i] - b[j]) < 0))
+
+
+def test_tau_identity_for_15_untied_encoders():
+    rng = np.random.default_rng(1)
+    names = [f"e{i}" for i in range(15)]
+    for _ in range(20):
+        a, b = rng.permutation(15), rng.permutation(15)
+        r = rank_agreement(dict(zip(names, a)), dict(zip(names, b)))
+        assert r.n_pairs == 105
+        assert r.kendall_tau == pytest.approx((105 - 2 * r.reversed_pairs) / 105, abs=1e-12)
+    # the paper: tau 0.600 <=> 21 of 105 pairs reversed; 21 adjacent swaps give exactly that
+    order = list(range(15))
+    for k in [0, 2, 4, 6, 8, 10, 12]:  # 7 disjoint swaps reverse 7 pairs ...
+        order[k], order[k + 1] = order[k + 1], order[k]
+    r = rank_agreement(dict(zip(names, range(15))), dict(zip(names, order)))
+    assert r.reversed_pairs == 7 and r.kendall_tau == pytest.approx(91 / 105)
+    shifted = list(range(15))
+    shifted[0:7] = [6, 0, 1, 2, 3, 4, 5]  # ... moving one encoder 6 places reverses 6 pairs
+    r = rank_agreement(dict(zip(names, range(15))), dict(zip(names, shifted)))
+    assert r.reversed_pairs == 6 and r.mean_abs_rank_shift == pytest.approx(12 / 15)
+
+
+def test_rank_agreement_top3_and_errors():
+    a = {"p": 0.70, "m": 0.70, "g": 0.69, "x": 0.5, "y": 0.4}
+    b = {"p": 0.909, "m": 0.908, "g": 0.5, "x": 0.6, "y": 0.4}
+    r = rank_agreement(a, b)
+    assert r.top3_overlap == pytest.approx(2 / 3)
+    assert r.ranks.loc["x", "shift"] == 4 - 3  # 4th under a, 3rd under b: rises by one
+    with pytest.raises(ValueError, match="same encoders"):
+        rank_agreement(a, {"p": 1.0})
+    with pytest.raises(ValueError, match="finite"):
+        rank_agreement({"a": 1.0, "b": np.nan}, {"a": 1.0, "b": 0.0})
+
+
+# --------------------------------------------------------------------------- seed-paired bootstrap
+
+def test_seed_bootstrap_laws_and_dominant_encoder():
+    per_seed = synthetic_per_seed(n_encoders=6, noise=0.05)
+    frame = ReferenceFrame.freeze(per_seed)
+    dominant = pd.DataFrame([dict(encoder="best", dataset=d, seed=s, auroc=0.99, ece=0.01, retention=0.99,
+                                  robustness=0.99) for d in ("isic2019", "aptos2019", "chexpert") for s in range(5)])
+    result = seed_paired_bootstrap(pd.concat([per_seed, dominant]), frame, n_resamples=2000, rng=0)
+    assert result.p_rank1.sum() == pytest.approx(1.0)
+    assert result.p_top3.sum() == pytest.approx(3.0)
+    assert result.p_rank1["best"] == 1.0 and result.p_top3["best"] == 1.0
+    np.testing.assert_allclose(result.rank_probabilities.sum(axis=0), 1.0)
+    assert result.replicates.shape == (2000, 7)
+    est = aggregate_crs(crs_scores(pd.concat([per_seed, dominant]), frame))["crs"]
+    np.testing.assert_allclose(result.estimate.to_numpy(), est.reindex(result.estimate.index).to_numpy())
+    # the replicates scatter around the estimate
+    assert abs(result.replicates.mean() - result.estimate).max() < 0.05
+    d = result.paired_diff_ci("best", "e05")
+    assert d.ci_low > 0 and d.ci_low <= d.ci_high
+    again = seed_paired_bootstrap(pd.concat([per_seed, dominant]), frame, n_resamples=2000, rng=0)
+    pd.testing.assert_frame_equal(result.replicates, again.replicates)
+
+
+def test_seed_bootstrap_equals_crs_of_resampled_means():
+    per_seed = synthetic_per_seed(n_encoders=5, n_seeds=4, noise=0.05, rng=3)
+    frame = ReferenceFrame.freeze(per_seed)
+    result = seed_paired_bootstrap(per_seed, frame, n_resamples=5, rng=7)
+    draws = np.random.default_rng(7).integers(0, 4, size=(5, 4))
+    for r, draw in enumerate(draws):
+        resampled = pd.concat([per_seed[per_seed["seed"] == s].assign(seed=k) for k, s in enumerate(draw)])
+        expected = aggregate_crs(crs_scores(resampled, frame))["crs"]
+        np.testing.assert_allclose(result.replicates.iloc[r], expected.reindex(result.replicates.columns), atol=1e-12)
+
+
+def test_seed_bootstrap_needs_every_seed_in_every_cell():
+    per_seed = synthetic_per_seed(n_encoders=3, n_seeds=3)
+    frame = ReferenceFrame.freeze(per_seed)
+    with pytest.raises(ProfileTableError, match="e00, dataset isic2019\\) has seeds \\[1, 2\\], expected every seed"):
+        seed_paired_bootstrap(per_seed.iloc[1:], frame, n_resamples=10)
+    with pytest.raises(ProfileTableError, match="missing column seed"):
+        seed_paired_bootstrap(per_seed.drop(columns="seed"), frame, n_resamples=10)
+
+
+def test_seed_bootstrap_ci_coverage_with_40_units():
+    """Percentile CI of a paired CRS difference covers the truth ~95 % of the time with 40 seeds."""
+    truth_profiles = synthetic_per_seed(n_encoders=4, datasets=("isic2019",), n_seeds=1, noise=0.0, rng=5)
+    frame = ReferenceFrame.freeze(truth_profiles)
+    truth = aggregate_crs(crs_scores(truth_profiles, frame))["crs"]
+    true_diff = truth["e02"] - truth["e01"]
+    rng = np.random.default_rng(11)
+    covered, n_rep = 0, 150
+    for _ in range(n_rep):
+        noisy = pd.concat([truth_profiles.assign(seed=s) for s in range(40)], ignore_index=True)
+        noisy[["auroc", "retention"]] += rng.normal(0, 0.01, size=(len(noisy), 2))
+        ci = seed_paired_bootstrap(noisy, frame, n_resamples=400, rng=rng).paired_diff_ci("e02", "e01")
+        covered += ci.ci_low <= true_diff <= ci.ci_high
+    assert 0.88 <= covered / n_rep <= 0.995
+
+
+def test_seed_bootstrap_is_vectorised_fast():
+    per_seed = synthetic_per_seed()
+    frame = ReferenceFrame.freeze(per_seed)
+    t0 = time.perf_counter()
+    seed_paired_bootstrap(per_seed, frame, n_resamples=10000)
+    assert time.perf_counter() - t0 < 20  # seconds, not minutes (benchmarks/bootstrap.py measures it)
+
+
+# --------------------------------------------------------------------------- case-level bootstrap
+
+def test_weighted_auroc_matches_macro_auroc_on_resampled_cases():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 60)
+    p = np.round(rng.dirichlet(np.ones(3), 60), 1)  # rounding makes ties
+    onehot = torch.as_tensor(np.eye(3)[y], dtype=torch.float64)
+    counts = torch.ones(1, 60, dtype=torch.float64)
+    assert float(_weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
+        macro_auroc(y, p, task="multiclass"), abs=1e-12)
+    idx = rng.integers(0, 60, 60)
+    counts = torch.as_tensor(np.bincount(idx, minlength=60)[None], dtype=torch.float64)
+    assert float(_weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
+        macro_auroc(y[idx], p[idx], task="multiclass"), abs=1e-12)
+    ml = rng.integers(0, 2, (60, 4)).astype(float)
+    ml[rng.random((60, 4)) < 0.2] = np.nan
+    s = rng.random((60, 4))
+    assert float(_weighted_macro_auroc(torch.as_tensor(ml), torch.as_tensor(s), counts)[0]) == pytest.approx(
+        macro_auroc(ml[idx], s[idx], task="multilabel"), abs=1e-12)
+
+
+def test_case_bootstrap_paired_ci_coverage_and_sharing():
+    """Two encoders whose scores differ on 200 cases: CIs cover the population difference, paired draws."""
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 2, 200)
+    good = np.stack([1 - (y + rng.normal(0, 0.8, 200)), y + rng.normal(0, 0.8, 200)], 1)
+    result = case_paired_bootstrap(y, {"good": good, "same": good.copy()}, task="multiclass", n_resamples=300,
+                                   rng=0, progress=False)
+    assert result.replicates.shape == (300, 2)
+    np.testing.assert_array_equal(result.replicates["good"], result.replicates["same"])  # same indices
+    assert result.paired_diff_ci("good", "same").ci_high == 0.0
+    # coverage of the AUROC itself against a large-sample truth
+    covered = 0
+    for rep in range(40):
+        y = rng.integers(0, 2, 120)
+        s = np.stack([-y - rng.normal(0, 1.0, 120), y + rng.normal(0, 1.0, 120)], 1)
+        r = case_paired_bootstrap(y, {"e": s}, task="multiclass", n_resamples=200, rng=rep, progress=False)
+        low, high = np.quantile(r.replicates["e"], [0.025, 0.975])
+        covered += low <= sps.norm.cdf(1 / np.sqrt(2)) <= high  # AUROC of N(0,1) vs N(1,1)
+    assert covered >= 34
