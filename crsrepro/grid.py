@@ -48,8 +48,9 @@ def _as_profile(profile: Profile | str) -> Profile:
     return profile if isinstance(profile, Profile) else load_profile(profile)
 
 
-def cells(profile: Profile | str) -> list[tuple[str, str]]:
-    """The (encoder, dataset) cells of a profile, without the datasets an encoder is excluded from.
+def cells(profile: Profile | str, encoders: list[str] | None = None) -> list[tuple[str, str]]:
+    """The (encoder, dataset) cells of a profile (or of ``encoders`` on its datasets), without the
+    datasets an encoder is excluded from.
 
     >>> len(cells("paper"))  # BioViL and CheXzero have no APTOS cell
     43
@@ -57,7 +58,7 @@ def cells(profile: Profile | str) -> list[tuple[str, str]]:
     from crsrepro.encoders import get_spec
 
     profile = _as_profile(profile)
-    return [(encoder, dataset) for dataset in profile.datasets for encoder in profile.encoders
+    return [(encoder, dataset) for dataset in profile.datasets for encoder in encoders or profile.encoders
             if dataset not in get_spec(encoder).excluded_datasets]
 
 
@@ -240,8 +241,8 @@ class _Unit:
         return rows
 
 
-def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, output_dir: Path | None = None,
-             manifest_dir: Path | None = None, progress: bool = True) -> pd.DataFrame:
+def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weights: dict | None = None,
+             output_dir: Path | None = None, manifest_dir: Path | None = None, progress: bool = True) -> pd.DataFrame:
     """Run every unit of the profile's grid that has no row-set yet, then merge the tidy table.
 
     Parameters
@@ -249,6 +250,8 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, outpu
     profile : Profile or str
     encoders : list of str, optional
         Only these encoders (default: the profile's panel). Used to score a newcomer.
+    weights : dict, optional
+        ``{encoder id: weights path}`` overriding where an encoder's weights are read from.
     output_dir : path, optional
         The results folder (default: the profile's ``output_dir``).
     manifest_dir : path, optional
@@ -266,18 +269,17 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, outpu
     from crsrepro.encoders import create_encoder, get_spec
 
     profile = _as_profile(profile)
-    wanted = encoders or profile.encoders
     store = ResultStore(output_dir or profile.output_path)
     probes = [LINEAR] + list(profile.control_probes["probes"])
     keys = []
-    todo_cells = [(e, d) for e, d in cells(profile) if e in wanted]
     views: dict[str, _DatasetView] = {}
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    for encoder_id, dataset in tqdm(todo_cells, desc=f"run grid ({profile.name})", unit="cell", disable=not progress):
+    for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell", disable=not progress):
         if dataset not in views:
             views[dataset] = _prepare(profile, dataset, manifest_dir)
         view = views[dataset]
-        encoder = create_encoder(encoder_id, device=profile.features["device"])
+        encoder = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
+                                 device=profile.features["device"])
         units = [_Unit(profile, get_spec(encoder_id), view, seed, probe)
                  for seed in profile.seeds for probe in probes]
         unit_keys = [unit.key(encoder.weights_hash) for unit in units]
@@ -294,3 +296,50 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, outpu
             log.info("wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, unit.probe, len(rows))
     log.info("crsrepro %s: %d row-sets for profile %s", __version__, len(keys), profile.name)
     return store.merge(keys)
+
+
+def frame_path(profile: Profile, manifest_dir: Path | None = None) -> Path:
+    """Where the profile's frozen CRS reference frame lives: ``data_manifests/crs_reference_<profile>.yaml``."""
+    return Path(manifest_dir or "data_manifests").absolute() / f"crs_reference_{profile.name}.yaml"
+
+
+def reference_frame(profile: Profile | str, results: pd.DataFrame | None = None, *,
+                    manifest_dir: Path | None = None):
+    """The profile's frozen CRS reference frame, frozen from ``results`` on first use (DESIGN.md section 9).
+
+    A frame is only ever frozen from a run of the profile on real features, never from printed numbers.
+    Once frozen it is read back (its hash checked) and never silently replaced: delete the file to
+    re-freeze it.
+    """
+    from crsrepro.crs import ReferenceFrame
+    from crsrepro.stats import cell_profiles
+
+    profile = _as_profile(profile)
+    path = frame_path(profile, manifest_dir)
+    if path.is_file() or results is None:
+        return ReferenceFrame.load(path)
+    frame = ReferenceFrame.freeze(cell_profiles(results), description=(
+        f"profile {profile.name}, panel of {len(profile.encoders)} encoders, frozen from crsrepro "
+        f"{__version__} at commit {git_hash()}"))
+    frame.save(path)
+    return frame
+
+
+def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, manifest_dir: Path | None = None,
+                      progress: bool = True) -> pd.DataFrame:
+    """Run a newcomer through the profile's grid and score it against the frozen frame (``crsrepro score``).
+
+    The panel is not recomputed and its published scores do not move (the frame is fixed). The
+    newcomer's results go to ``<output_dir>/newcomers/<encoder id>/``.
+    """
+    from crsrepro.crs import score_encoder
+    from crsrepro.encoders import get_spec
+    from crsrepro.stats import cell_profiles
+
+    profile = _as_profile(profile)
+    get_spec(encoder_id)  # an unknown id fails here, before any work
+    frame = reference_frame(profile, manifest_dir=manifest_dir)
+    results = run_grid(profile, encoders=[encoder_id], weights={encoder_id: weights} if weights else None,
+                       output_dir=profile.output_path / "newcomers" / encoder_id, manifest_dir=manifest_dir,
+                       progress=progress)
+    return score_encoder(cell_profiles(results), frame)

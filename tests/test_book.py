@@ -1,0 +1,34 @@
+"""The walking skeleton end to end on the smoke profile: demo world, run grid, papermill, Jupyter Book."""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+
+@pytest.mark.slow
+def test_book_builds_on_smoke(book_checkout):
+    result = subprocess.run([sys.executable, "-m", "crsrepro", "-q", "book", "--profile", "smoke"],
+                            capture_output=True, text=True, cwd=book_checkout, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    index = book_checkout / "book" / "_build" / "html" / "index.html"
+    assert f"The book is built: {index}" in result.stdout
+
+    # Both chapters were executed by papermill, and their outputs are in the HTML.
+    html = (book_checkout / "book" / "_build" / "html" / "book" / "_generated" / "01_discrimination.html").read_text()
+    assert "<table" in html and "mean AUROC" in html and "demo.effnet_lite0" in html
+    assert "<img" in html and ".png" in html
+    setup = (book_checkout / "book" / "_build" / "html" / "book" / "_generated" / "00_setup.html").read_text()
+    assert "isic2019" in setup and "mimic_cxr" in setup and setup.count("<img") >= 4
+    status = (book_checkout / "book" / "_build" / "html" / "book" / "_generated" / "status.html").read_text()
+    assert "smoke" in status and "01_discrimination" in status
+
+    # The tidy table holds every run of the smoke grid, and AUROC values are real probabilities.
+    results = pd.read_parquet(book_checkout / ".crsrepro" / "smoke" / "results" / "results.parquet")
+    from crsrepro.grid import enumerate_runs
+    from crsrepro.profiles import load_profile
+    runs = enumerate_runs(load_profile("smoke"))
+    linear = results[(results.probe == "linear") & (results.recalibrator == "none") & (results.metric == "auroc")]
+    assert len(linear) == len(runs)
+    assert linear["value"].between(0.0, 1.0).all()
