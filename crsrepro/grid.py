@@ -62,7 +62,7 @@ def cells(profile: Profile | str, encoders: list[str] | None = None) -> list[tup
             if dataset not in get_spec(encoder).excluded_datasets]
 
 
-def test_conditions(profile: Profile, dataset: str) -> list[str]:
+def conditions_for(profile: Profile, dataset: str) -> list[str]:
     """The conditions a probe trained on ``dataset`` is scored under (clean, perturbations, transfer)."""
     transfer = profile.transfer.get(dataset)
     return profile.conditions() + ([transfer] if transfer else [])
@@ -80,7 +80,7 @@ def enumerate_runs(profile: Profile | str) -> pd.DataFrame:
             for encoder, dataset in cells(profile)
             for seed in profile.seeds
             for fraction in profile.label_fractions
-            for condition in test_conditions(profile, dataset)]
+            for condition in conditions_for(profile, dataset)]
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
@@ -173,8 +173,8 @@ class _Unit:
         self.profile, self.spec, self.view, self.seed, self.probe = profile, spec, view, seed, probe
         control = profile.control_probes
         self.fractions = profile.label_fractions if probe == LINEAR else control["label_fractions"]
-        self.conditions = (test_conditions(profile, view.name) if probe == LINEAR
-                           else [c for c in test_conditions(profile, view.name) if c in control["conditions"]])
+        self.conditions = (conditions_for(profile, view.name) if probe == LINEAR
+                           else [c for c in conditions_for(profile, view.name) if c in control["conditions"]])
 
     def key(self, weights_hash: str) -> str:
         return content_key(stage="run", version=CACHE_VERSION, encoder=self.spec.id, weights=weights_hash,
