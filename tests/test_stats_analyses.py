@@ -1,0 +1,160 @@
+"""Tests of the paper's analyses on a small synthetic runs table (issue 6, DESIGN.md section 10)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from crsrepro.crs import ReferenceFrame, cell_profiles, crs_scores
+from crsrepro.metrics import aulc, label_efficiency_retention, robustness_raw
+from crsrepro.stats import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
+                            control_probe_agreement, external_validity, insertion_experiment, leave_one_dataset_out,
+                            recalibration_summary, welch_transfer_test)
+
+FAMILIES = {"g1": "general", "g2": "general", "g3": "general", "m1": "medical", "m2": "medical", "s1": "specialist"}
+QUALITY = {"g1": 0.1, "g2": 0.3, "g3": 0.5, "m1": 0.6, "m2": 0.8, "s1": 0.9}
+DATASETS = ("isic2019", "aptos2019", "chexpert")
+PERTURBED = {"gaussian_blur@1": 0.02, "gaussian_blur@2": 0.05, "jpeg@1": 0.03}
+
+
+def make_runs(seeds=(0, 1, 2)):
+    """A runs table in the column layout of crsrepro.crs.RUN_COLUMNS, with known structure."""
+    rng = np.random.default_rng(0)
+    rows = []
+
+    def add(**kw):
+        rows.append(dict(probe="linear", layer="final", regime="frozen", recalibrator="none") | kw)
+
+    for e, q in QUALITY.items():
+        for d_i, d in enumerate(DATASETS):
+            for s in seeds:
+                base = dict(encoder=e, family=FAMILIES[e], dataset=d, seed=s)
+                full = 0.6 + 0.3 * q + 0.02 * d_i * (-1) ** (d_i + int(q * 10)) + rng.normal(0, 0.005)
+                ece = 0.15 - 0.1 * q + rng.normal(0, 0.005)
+                for f in (0.01, 0.1):
+                    add(**base, label_fraction=f, condition="clean", auroc=full - (1 - f) * 0.15 * (1 - q), ece=ece + 0.02)
+                add(**base, label_fraction=1.0, condition="clean", auroc=full, ece=ece)
+                for c, drop in PERTURBED.items():
+                    add(**base, label_fraction=1.0, condition=c, auroc=full - drop * (1.5 - q),
+                        ece=ece + drop * (2 - q) + rng.normal(0, 0.002))
+                if d == "chexpert":
+                    mimic = full - (0.25 if FAMILIES[e] == "general" else 0.08) + rng.normal(0, 0.01)
+                    add(**base, label_fraction=1.0, condition="mimic_cxr", auroc=mimic, ece=ece + 0.1)
+                add(**base, label_fraction=1.0, condition="clean", probe="knn", auroc=full, ece=ece)
+                add(**base, label_fraction=1.0, condition="clean", probe="mlp", auroc=1.5 - full, ece=ece)
+                add(**base, label_fraction=1.0, condition="clean", recalibrator="temperature", auroc=full + 0.001,
+                    ece=ece * 0.4)
+    return pd.DataFrame(rows)
+
+
+RUNS = make_runs()
+
+
+def test_cell_profiles_by_hand():
+    profiles = cell_profiles(RUNS)
+    assert len(profiles) == 6 * 3 * 3 and set(profiles["family"]) == {"general", "medical", "specialist"}
+    cell = RUNS[(RUNS.encoder == "m1") & (RUNS.dataset == "chexpert") & (RUNS.seed == 1) & (RUNS.probe == "linear")
+                & (RUNS.recalibrator == "none")]
+    clean = cell[cell.condition == "clean"].set_index("label_fraction")["auroc"]
+    full = cell[cell.label_fraction == 1.0].set_index("condition")["auroc"]
+    row = profiles[(profiles.encoder == "m1") & (profiles.dataset == "chexpert") & (profiles.seed == 1)].iloc[0]
+    assert row["auroc"] == full["clean"]
+    assert row["retention"] == pytest.approx(label_efficiency_retention(clean.to_dict()))
+    drops = full["clean"] - full[list(PERTURBED) + ["mimic_cxr"]]
+    assert row["robustness"] == pytest.approx(robustness_raw(drops.to_numpy()))
+    without = cell_profiles(RUNS, include_transfer=False)
+    changed = (without["robustness"] != profiles["robustness"]).groupby(profiles["dataset"]).any()
+    assert changed.to_dict() == {"aptos2019": False, "chexpert": True, "isic2019": False}
+
+
+def test_insertion_experiment_fixed_is_exactly_zero():
+    result = insertion_experiment(cell_profiles(RUNS), n_trials=5, rng=1)
+    assert result.summary.loc["fixed", "max_movement"] == 0.0
+    assert result.summary.loc["cohort", "max_movement"] > 0.0
+    assert result.summary.loc["fixed", "panel_size"] == 3  # 6 encoders: panels of 6 - 3
+    assert len(result.movements) == 5 * 2 * 3 * 3  # trials x modes x panel encoders x datasets
+
+
+def test_external_validity_uses_its_own_frame_without_the_transfer_drop():
+    result = external_validity(RUNS)
+    t = result.table
+    assert len(t) == 6
+    assert result.rho_crs == pytest.approx(sps.spearmanr(t["crs"], t["target_auroc"]).statistic)
+    assert result.rho_source_auroc == pytest.approx(sps.spearmanr(t["source_auroc"], t["target_auroc"]).statistic)
+    full_frame = ReferenceFrame.freeze(cell_profiles(RUNS))
+    assert result.frame.content_hash() != full_frame.content_hash()
+    cell = external_validity(RUNS, crs_level="cell").table
+    assert (cell["crs"] != t["crs"]).any()
+
+
+def test_leave_one_dataset_out_by_hand():
+    scores = pd.DataFrame({"encoder": ["a", "b", "c"] * 2, "dataset": ["x"] * 3 + ["y"] * 3,
+                           "auroc": [0.9, 0.8, 0.7, 0.8, 0.7, 0.6], "crs": [0.1, 0.2, 0.3, 0.5, 0.4, 0.3]})
+    out = leave_one_dataset_out(scores)
+    assert out.loc["x", "spearman_rho"] == pytest.approx(1.0)  # CRS on y: a > b > c, AUROC on x: a > b > c
+    assert out.loc["y", "spearman_rho"] == pytest.approx(-1.0)
+    assert out.loc["x", "recovered"] and not out.loc["y", "recovered"]
+    assert out.loc["y", "auroc_champion"] == "a" and out.loc["y", "crs_champion"] == "c"
+    assert (out["n_encoders"] == 3).all()
+
+
+def test_control_probe_agreement():
+    out = control_probe_agreement(RUNS).set_index(["dataset", "probe"])
+    assert len(out) == 6 and (out["n_encoders"] == 6).all()
+    assert (out.xs("knn", level="probe")["kendall_tau"] == 1.0).all()
+    assert (out.xs("mlp", level="probe")["kendall_tau"] == -1.0).all()
+    assert (out.xs("mlp", level="probe")["reversed_pairs"] == 15).all()
+
+
+def test_recalibration_summary():
+    result = recalibration_summary(RUNS)
+    row = result.summary.loc["temperature"]
+    assert row["n_cells"] == 18
+    assert row["relative_reduction_min"] == pytest.approx(0.6) and row["relative_reduction_max"] == pytest.approx(0.6)
+    assert row["mean_auroc_change"] == pytest.approx(0.001)
+    drop = result.cells["absolute_drop"]
+    low, high = sps.t.interval(0.95, len(drop) - 1, loc=drop.mean(), scale=sps.sem(drop))
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
+    chosen = recalibration_summary(RUNS, cells=[("m1", "aptos2019"), ("g1", "isic2019")])
+    assert chosen.summary.loc["temperature", "n_cells"] == 2
+
+
+def test_calibration_under_degradation():
+    result = calibration_under_degradation(RUNS)
+    cells = result.cells
+    assert len(cells) == 18
+    assert cells.loc[("g1", "isic2019"), "mean_auroc_drop"] == pytest.approx(np.mean(list(PERTURBED.values())) * 1.4)
+    assert cells.loc[("g1", "isic2019"), "peak_auroc_drop"] == pytest.approx(0.05 * 1.4)
+    assert cells.loc[("g1", "isic2019"), "peak_ece_rise"] == pytest.approx(0.05 * 1.9, abs=0.005)
+    r = sps.pearsonr(cells["mean_auroc_drop"], cells["mean_ece_rise"])
+    assert result.pearson_r == pytest.approx(r.statistic) and result.pearson_r > 0.9
+
+
+def test_absolute_label_efficiency():
+    table = absolute_label_efficiency(RUNS, reference_encoder="g2")
+    bar = table.loc[("g2", "aptos2019"), "auroc_full"]
+    assert (table.xs("aptos2019", level="dataset")["reference_full_auroc"] == bar).all()
+    expected = table.xs("aptos2019", level="dataset")["auroc_at_fraction"] >= bar
+    assert table.xs("aptos2019", level="dataset")["reaches_reference"].equals(expected)
+    assert table.loc[("s1", "isic2019"), "reaches_reference"] and not table.loc[("g1", "isic2019"), "reaches_reference"]
+    with pytest.raises(ValueError, match="general.vit_b16"):
+        absolute_label_efficiency(RUNS)
+
+
+def test_welch_transfer_test():
+    result = welch_transfer_test(RUNS)
+    assert (result.n_medical, result.n_general) == (3, 3)
+    t = result.table
+    ref = sps.ttest_ind(t[t.group == "medical"].target_auroc, t[t.group == "general"].target_auroc, equal_var=False)
+    assert result.p_value == pytest.approx(ref.pvalue) and result.mean_medical > result.mean_general
+
+
+def test_aulc_vs_retention():
+    result = aulc_vs_retention(RUNS)
+    assert result.cells.shape == (18, 3)
+    cell = RUNS[(RUNS.encoder == "g3") & (RUNS.dataset == "isic2019") & (RUNS.condition == "clean")
+                & (RUNS.probe == "linear") & (RUNS.recalibrator == "none")]
+    per_seed = [aulc(c.set_index("label_fraction")["auroc"].to_dict()) for _, c in cell.groupby("seed")]
+    assert result.cells.loc[("g3", "isic2019"), "aulc"] == pytest.approx(np.mean(per_seed))
+    assert result.correlations.shape == (2, 2)
+    assert result.correlations.loc["aulc", "encoder"] == pytest.approx(1.0)  # AULC copies full AUROC here
