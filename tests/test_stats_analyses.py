@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro.crs import ReferenceFrame, cell_profiles, crs_scores
+from crsrepro.crs import ProfileTableError, ReferenceFrame, cell_profiles
 from crsrepro.metrics import aulc, label_efficiency_retention, robustness_raw
 from crsrepro.stats import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
                             control_probe_agreement, external_validity, insertion_experiment, leave_one_dataset_out,
@@ -158,3 +158,17 @@ def test_aulc_vs_retention():
     assert result.cells.loc[("g3", "isic2019"), "aulc"] == pytest.approx(np.mean(per_seed))
     assert result.correlations.shape == (2, 2)
     assert result.correlations.loc["aulc", "encoder"] == pytest.approx(1.0)  # AULC copies full AUROC here
+
+
+def test_cell_profiles_errors_name_the_cell():
+    missing_clean = RUNS.drop(RUNS.index[(RUNS.encoder == "g1") & (RUNS.dataset == "aptos2019") & (RUNS.seed == 2)
+                                         & (RUNS.condition == "clean") & (RUNS.label_fraction == 1.0)])
+    with pytest.raises(ProfileTableError, match="encoder g1, dataset aptos2019, seed 2: needs the clean run"):
+        cell_profiles(missing_clean)
+    with pytest.raises(ProfileTableError, match="appears more than once"):
+        cell_profiles(pd.concat([RUNS, RUNS.iloc[:1]]))
+    with pytest.raises(ProfileTableError, match="missing column.*regime"):
+        cell_profiles(RUNS.drop(columns="regime"))
+    no_perturbation = RUNS[~RUNS.condition.str.contains("@")]
+    with pytest.raises(ProfileTableError, match="no perturbation run"):
+        cell_profiles(no_perturbation)
