@@ -623,7 +623,7 @@ def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | 
                           "mean_absolute_drop": drop.mean(), "ci_low": drop.mean() - half,
                           "ci_high": drop.mean() + half, "mean_auroc_change": group["auroc_change"].mean()})
 
-    summary = pd.DataFrame({r: summarise(g) for r, g in table.groupby("recalibrator")}).T
+    summary = pd.DataFrame({r: summarise(g) for r, g in table.groupby("recalibrator")}).T.astype({"n_cells": int})
     summary.index.name = "recalibrator"
     return RecalibrationSummary(cells=table, summary=summary)
 
