@@ -1,10 +1,11 @@
 """Encoders: the registry and its one filling (DESIGN.md section 4).
 
-The registry is filled here and only here: the paper's 15 specs and the demo panel's
-``demo.DEMO_ENCODERS`` (a list of ``(EncoderSpec, builder)`` pairs). See
+The registry is filled here and only here: the paper's 15 specs (:data:`paper.PAPER_ENCODERS`) and
+the demo panel's ``demo.DEMO_ENCODERS``, both lists of ``(EncoderSpec, builder)`` pairs. See
 :mod:`crsrepro.encoders.registry` for the :class:`Encoder` contract.
 """
 
+from crsrepro.encoders.paper import PAPER_ENCODERS
 from crsrepro.encoders.registry import (
     Encoder,
     EncoderSpec,
@@ -15,6 +16,9 @@ from crsrepro.encoders.registry import (
     resolve_weights,
     weights_hash,
 )
+
+for _spec, _builder in PAPER_ENCODERS:
+    register(_spec, _builder)
 
 __all__ = ["Encoder", "EncoderSpec", "create_encoder", "get_spec", "list_encoders", "register",
            "resolve_weights", "weights_hash"]

@@ -1,0 +1,89 @@
+"""open_clip encoders: the image tower of a CLIP-style model (DESIGN.md section 4).
+
+An open_clip checkpoint folder is laid out as on the Hugging Face hub: ``open_clip_config.json``
+(``model_cfg`` with ``embed_dim`` and ``vision_cfg``) and ``open_clip_pytorch_model.bin`` or
+``open_clip_model.safetensors``. Only the image tower is built and loaded (the ``visual.*`` keys), so a
+text tower that names a Hugging Face text model (BiomedCLIP's PubMedBERT) never has to be fetched.
+The config in the folder decides the architecture, so a small test checkpoint shrinks it.
+
+Layer taps come from one ``visual.forward_intermediates`` pass; ``final`` with ``image_embed`` pooling
+is the projected image embedding (what ``encode_image`` returns); intermediate taps are tokens after
+the final norm, pooled as ``spec.intermediate_pooling``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from open_clip.model import _build_vision_tower
+
+from crsrepro.encoders.registry import (
+    Encoder,
+    EncoderSpec,
+    depth_block_indices,
+    find_weight_file,
+    load_state_dict,
+    pool_tokens,
+    read_json,
+    resolve_weights,
+)
+from crsrepro.errors import MissingWeightsError
+
+HUB_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+def _n_blocks(visual) -> int:
+    if hasattr(visual, "transformer"):  # open_clip's own VisionTransformer
+        return len(visual.transformer.resblocks)
+    return len(visual.trunk.blocks)  # a timm trunk (TimmModel)
+
+
+class OpenClipEncoder(Encoder):
+    """The image tower (``model.visual``) of an open_clip model."""
+
+    def _forward_layers(self, x, layers):
+        idx = depth_block_indices(_n_blocks(self.model), layers)
+        blocks = sorted(set(idx.values()))
+        out = self.model.forward_intermediates(x, indices=blocks, normalize_intermediates=True,
+                                               output_fmt="NLC", output_extra_tokens=True,
+                                               intermediates_only="final" not in layers)
+        patches = dict(zip(blocks, out["image_intermediates"]))
+        prefixes = dict(zip(blocks, out.get("image_intermediates_prefix", [None] * len(blocks))))
+        pooled = {}
+        for name, block in idx.items():
+            pooling = self.spec.pooling_at(name)
+            if pooling == "image_embed":
+                pooled[name] = out["image_features"]
+                continue
+            prefix = prefixes[block]
+            tokens = patches[block] if prefix is None else torch.cat([prefix, patches[block]], dim=1)
+            pooled[name] = pool_tokens(tokens, pooling, num_prefix_tokens=0 if prefix is None else prefix.shape[1])
+        return pooled
+
+
+def open_clip_visual_from_state_dict(spec: EncoderSpec, state_dict: dict, *, model_cfg: dict, device,
+                                     weights_path: Path) -> OpenClipEncoder:
+    """Build the image tower from ``model_cfg`` and load the ``visual.*`` keys of ``state_dict`` strictly."""
+    quick_gelu = bool(model_cfg.get("quick_gelu", False))
+    visual = _build_vision_tower(model_cfg["embed_dim"], model_cfg["vision_cfg"], quick_gelu=quick_gelu)
+    visual_sd = {k[len("visual."):]: v for k, v in state_dict.items() if k.startswith("visual.")}
+    missing, unexpected = visual.load_state_dict(visual_sd, strict=False)
+    if missing or unexpected or not visual_sd:
+        raise MissingWeightsError(
+            f"{spec.id}: {weights_path} does not fit the open_clip image tower: {len(missing)} missing keys "
+            f"(e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    return OpenClipEncoder(spec, visual, device=device, weights_path=weights_path)
+
+
+def build_open_clip(spec: EncoderSpec, *, weights=None, device="cpu") -> OpenClipEncoder:
+    """Builder for ``loader="open_clip"``: a hub-layout folder (``open_clip_config.json`` + weights)."""
+    folder = resolve_weights(spec, weights)
+    if folder.is_file():
+        folder = folder.parent
+    config = read_json(folder / "open_clip_config.json")
+    if "model_cfg" not in config:
+        raise MissingWeightsError(f"{spec.id}: {folder / 'open_clip_config.json'} is missing or has no model_cfg")
+    path = find_weight_file(spec, folder, HUB_WEIGHT_FILES)
+    return open_clip_visual_from_state_dict(spec, load_state_dict(path), model_cfg=config["model_cfg"],
+                                            device=device, weights_path=folder)

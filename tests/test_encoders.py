@@ -1,0 +1,282 @@
+"""The encoder registry and the paper's 15 encoders, loaded from tiny checkpoints in their real formats.
+
+Every paper spec gets a fixture writer below that saves a small random model of its architecture in the
+format its real weights are released in (timm hub folder, open_clip hub folder, transformers
+``save_pretrained`` folder, or the released state-dict file with its real key prefixes). Nothing is
+downloaded: the Hugging Face hub is put offline and its cache pointed at an empty folder.
+"""
+
+import json
+
+import numpy as np
+import open_clip
+import pytest
+import timm
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+from transformers import (
+    CLIPConfig,
+    CLIPModel,
+    Dinov2Config,
+    Dinov2Model,
+    SiglipConfig,
+    SiglipModel,
+)
+
+from crsrepro.encoders import create_encoder, get_spec, list_encoders, paper
+from crsrepro.encoders.registry import (
+    NETWORK_TAPS,
+    EncoderSpec,
+    load_state_dict,
+    pil_to_uint8_tensor,
+    register,
+    weights_hash,
+)
+from crsrepro.errors import MissingWeightsError, UnknownEncoderError
+
+PAPER_IDS = [spec.id for spec, _ in paper.PAPER_ENCODERS]
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_hf_cache"))
+    monkeypatch.delenv("CRSREPRO_WEIGHTS", raising=False)
+
+
+# ------------------------------------------------------------------------------ fixture writers
+
+def _timm_hub(folder, arch, model_args):
+    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
+    (folder / "config.json").write_text(json.dumps({"architecture": arch, "model_args": model_args}))
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
+
+
+TINY_VIT = {"embed_dim": 32, "depth": 4, "num_heads": 2}
+TINY_RESNET = {"layers": [1, 1, 1, 1]}
+TINY_TEXT = {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1}
+
+
+def _open_clip_hub(folder, model_cfg, state_dict):
+    (folder / "open_clip_config.json").write_text(json.dumps({"model_cfg": model_cfg, "preprocess_cfg": {}}))
+    torch.save(state_dict, folder / "open_clip_pytorch_model.bin")
+
+
+def write_clip(folder):
+    cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 4, "width": 32, "head_width": 16,
+                                           "patch_size": 32}, "text_cfg": TINY_TEXT}
+    _open_clip_hub(folder, cfg, open_clip.CLIP(**cfg).state_dict())
+
+
+def write_biomedclip(folder):
+    # BiomedCLIP's real config: a timm trunk and a Hugging Face text tower (never built here)
+    cfg = {"embed_dim": 16, "vision_cfg": {"timm_model_name": "vit_tiny_patch16_224", "timm_model_pretrained": False,
+                                           "timm_pool": "", "timm_proj": "linear", "image_size": 224},
+           "text_cfg": {"hf_model_name": "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract",
+                        "hf_tokenizer_name": "microsoft/BiomedNLP-BiomedBERT-base-uncased-abstract",
+                        "hf_proj_type": "mlp", "hf_pooler_type": "cls_last_hidden_state_pooler",
+                        "context_length": 256}}
+    from open_clip.model import _build_vision_tower
+    visual = _build_vision_tower(16, cfg["vision_cfg"])
+    state_dict = {f"visual.{k}": v for k, v in visual.state_dict().items()}
+    state_dict["text.transformer.embeddings.word_embeddings.weight"] = torch.zeros(10, 8)
+    _open_clip_hub(folder, cfg, state_dict)
+
+
+def _siglip(folder, image_size, patch_size):
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4, "num_attention_heads": 2,
+              "image_size": image_size, "patch_size": patch_size}
+    text = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "vocab_size": 64, "max_position_embeddings": 16}
+    SiglipModel(SiglipConfig(text_config=text, vision_config=vision)).save_pretrained(folder)
+
+
+def _dinov2(folder, image_size):
+    Dinov2Model(Dinov2Config(hidden_size=32, num_hidden_layers=4, num_attention_heads=2, intermediate_size=64,
+                             image_size=image_size, patch_size=14)).save_pretrained(folder)
+
+
+def write_llava_med(folder):
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 5, "num_attention_heads": 2,
+              "image_size": 336, "patch_size": 14, "projection_dim": 16}
+    text = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "vocab_size": 64, "max_position_embeddings": 16, "projection_dim": 16}
+    CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)).save_pretrained(folder)
+
+
+def write_medgemma(folder):
+    vision = {"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+              "num_hidden_layers": 4, "num_attention_heads": 2, "image_size": 896, "patch_size": 56,
+              "vision_use_head": False}
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+    tower = SiglipVisionModel(SiglipVisionConfig(**vision)).state_dict()
+    (folder / "config.json").write_text(json.dumps({"model_type": "gemma3", "vision_config": vision,
+                                                    "text_config": {"hidden_size": 8}}))
+    shard1 = {"language_model.model.embed_tokens.weight": torch.zeros(4, 8)}
+    # the released key layout, whatever the installed transformers nests
+    shard2 = {"vision_tower.vision_model." + k.removeprefix("vision_model."): v.contiguous() for k, v in tower.items()}
+    shard2["multi_modal_projector.mm_input_projection_weight"] = torch.zeros(32, 8)
+    names = {"model-00001-of-00002.safetensors": shard1, "model-00002-of-00002.safetensors": shard2}
+    for name, tensors in names.items():
+        save_file(tensors, folder / name)
+    weight_map = {k: name for name, tensors in names.items() for k in tensors}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+
+def _shrunk_timm_pth(folder, filename, arch, model_args, *, wrap, prefix, extra):
+    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
+    state_dict = {prefix + k: v for k, v in model.state_dict().items()}
+    state_dict.update(extra)
+    (folder / "config.json").write_text(json.dumps({"model_args": model_args}))
+    torch.save({"model": state_dict} if wrap else state_dict, folder / filename)
+
+
+def write_retfound(folder):
+    _shrunk_timm_pth(folder, "RETFound_cfp_weights.pth", "vit_large_patch16_224", TINY_VIT, wrap=True, prefix="",
+                     extra={"decoder_embed.weight": torch.zeros(4, 32), "mask_token": torch.zeros(1, 1, 4)})
+
+
+def write_panderm(folder):
+    args = {**TINY_VIT, "use_abs_pos_emb": True, "use_rel_pos_bias": False, "init_values": 0.1}
+    _shrunk_timm_pth(folder, "panderm_ll_data6_checkpoint-499.pth", "beit_large_patch16_224", args, wrap=True,
+                     prefix="encoder.", extra={"regressor.norm.weight": torch.zeros(4)})
+
+
+def write_biovil(folder):
+    _shrunk_timm_pth(folder, "biovil_image_resnet50_proj_size_128.pt", "resnet50", TINY_RESNET, wrap=False,
+                     prefix="encoder.encoder.", extra={"projector.model.0.weight": torch.zeros(8, 2048, 1, 1)})
+
+
+def write_chexzero(folder):
+    cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 4, "width": 64, "patch_size": 32},
+           "text_cfg": TINY_TEXT, "quick_gelu": True}
+    torch.save(open_clip.CLIP(**cfg).state_dict(), folder / "best_64_5e-05_original_22000_0.864.pt")
+
+
+FIXTURES = {
+    "general.resnet50": lambda f: _timm_hub(f, "resnet50", TINY_RESNET),
+    "general.vit_b16": lambda f: _timm_hub(f, "vit_base_patch16_224", TINY_VIT),
+    "general.clip": write_clip,
+    "general.siglip": lambda f: _siglip(f, 224, 16),
+    "general.dinov2": lambda f: _dinov2(f, 224),
+    "general.mae": lambda f: _timm_hub(f, "vit_base_patch16_224", TINY_VIT),
+    "medical.biomedclip": write_biomedclip,
+    "medical.llava_med": write_llava_med,
+    "medical.medsiglip": lambda f: _siglip(f, 448, 32),
+    "medical.medgemma": write_medgemma,
+    "specialist.panderm": write_panderm,
+    "specialist.retfound": write_retfound,
+    "specialist.rad_dino": lambda f: _dinov2(f, 518),
+    "specialist.biovil": write_biovil,
+    "specialist.chexzero": write_chexzero,
+}
+
+
+def make_weights(tmp_path, encoder_id):
+    folder = tmp_path / "weights" / encoder_id
+    folder.mkdir(parents=True)
+    torch.manual_seed(0)
+    FIXTURES[encoder_id](folder)
+    return folder
+
+
+def make_images(n=3):
+    rng = np.random.default_rng(0)
+    return [Image.fromarray(rng.integers(0, 256, (40 + 8 * i, 56, 3), dtype=np.uint8)) for i in range(n)]
+
+
+# ------------------------------------------------------------------------------ tests
+
+def test_the_paper_panel_is_registered_with_its_families_and_exclusions():
+    assert set(PAPER_IDS) <= set(list_encoders())
+    families = [get_spec(i).family for i in PAPER_IDS]
+    assert (families.count("general"), families.count("medical"), families.count("specialist")) == (6, 4, 5)
+    excluded = {i for i in PAPER_IDS if "aptos2019" in get_spec(i).excluded_datasets}
+    assert excluded == {"specialist.biovil", "specialist.chexzero"}
+    assert set(FIXTURES) == set(PAPER_IDS), "every paper spec needs a checkpoint fixture"
+
+
+@pytest.mark.parametrize("encoder_id", PAPER_IDS)
+def test_each_paper_encoder_loads_from_its_real_format(tmp_path, encoder_id):
+    folder = make_weights(tmp_path, encoder_id)
+    encoder = create_encoder(encoder_id, weights=folder)
+    spec = encoder.spec
+    images = make_images()
+    feats = encoder.encode_images(images)
+    assert feats.dtype == np.float32 and feats.shape[0] == len(images) and np.isfinite(feats).all()
+    np.testing.assert_array_equal(feats, encoder.encode_images(images))  # deterministic
+
+    batch = torch.stack([encoder.resize(pil_to_uint8_tensor(im)[None])[0] for im in images])
+    x = encoder.preprocess(batch)
+    assert x.shape == (3, 3, spec.input_size, spec.input_size)
+    taps = encoder.forward_features(x, layers=NETWORK_TAPS)
+    assert list(taps) == list(NETWORK_TAPS)
+    np.testing.assert_allclose(taps["final"].numpy(), feats, rtol=1e-4, atol=1e-5)
+    assert all(t.shape[0] == 3 and t.ndim == 2 for t in taps.values())
+    early, final = taps["depth25"], taps["final"]
+    assert early.shape != final.shape or not torch.allclose(early, final)
+    assert len(encoder.weights_hash) == 64
+
+
+def test_weights_resolve_from_crsrepro_weights(tmp_path, monkeypatch):
+    make_weights(tmp_path, "general.vit_b16")
+    monkeypatch.setenv("CRSREPRO_WEIGHTS", str(tmp_path / "weights"))
+    encoder = create_encoder("general.vit_b16")
+    assert encoder.weights_path == tmp_path / "weights" / "general.vit_b16"
+
+
+def test_missing_weights_say_where_we_looked_and_what_is_expected(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRSREPRO_WEIGHTS", str(tmp_path / "nothing"))
+    with pytest.raises(MissingWeightsError) as err:
+        create_encoder("specialist.retfound")
+    message = str(err.value)
+    assert "nothing/specialist.retfound" in message and "YukunZhou/RETFound_mae_natureCFP" in message
+    assert "RETFound_cfp_weights.pth" in message
+    with pytest.raises(MissingWeightsError, match="does not exist"):
+        create_encoder("general.clip", weights=tmp_path / "absent")
+
+
+def test_a_checkpoint_that_does_not_fit_is_refused(tmp_path):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    _timm_hub(folder, "vit_base_patch16_224", TINY_VIT)
+    with pytest.raises(MissingWeightsError, match="expected 'resnet50'"):
+        create_encoder("general.resnet50", weights=folder)
+    state_dict = load_state_dict(folder / "model.safetensors")
+    del state_dict["blocks.0.attn.qkv.weight"]
+    save_file(state_dict, folder / "model.safetensors")
+    with pytest.raises(MissingWeightsError, match="1 missing keys"):
+        create_encoder("general.vit_b16", weights=folder)
+
+
+class _NotATensor:
+    pass
+
+
+def test_pickled_objects_are_never_unpickled(tmp_path):
+    path = tmp_path / "evil.pth"
+    torch.save({"model": _NotATensor()}, path)
+    with pytest.raises(MissingWeightsError, match="weights-only"):
+        load_state_dict(path)
+
+
+def test_weights_hash_follows_the_bytes(tmp_path):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(b"one")
+    first = weights_hash(folder)
+    assert weights_hash(folder) == first
+    (folder / "a.bin").write_bytes(b"two")
+    assert weights_hash(folder) != first
+    assert weights_hash(folder / "a.bin") != first
+
+
+def test_unknown_ids_and_duplicates_are_errors():
+    with pytest.raises(UnknownEncoderError, match="general.dinov2"):
+        get_spec("general.dinov3")
+    spec = get_spec("general.dinov2")
+    with pytest.raises(ValueError, match="already registered"):
+        register(spec, lambda *a, **k: None)
+    with pytest.raises(ValueError, match="interpolation"):
+        EncoderSpec(**{**spec.__dict__, "interpolation": "nearest"})
