@@ -28,7 +28,15 @@ import json
 from pathlib import Path
 
 from crsrepro.encoders.open_clip_family import open_clip_visual_from_state_dict
-from crsrepro.encoders.registry import EncoderSpec, find_weight_file, load_state_dict, read_json, resolve_weights
+from crsrepro.encoders.registry import (
+    EncoderSpec,
+    find_weight_file,
+    load_state_dict,
+    load_weights_strictly,
+    read_json,
+    resolve_weights,
+    resolve_weights_folder,
+)
 from crsrepro.encoders.timm_family import timm_from_state_dict
 from crsrepro.encoders.transformers_family import hf_vision_encoder, siglip_vision_model
 from crsrepro.errors import MissingWeightsError
@@ -113,8 +121,7 @@ def build_medgemma(spec: EncoderSpec, *, weights=None, device="cpu"):
     """
     from safetensors import safe_open
 
-    folder = resolve_weights(spec, weights)
-    folder = folder.parent if folder.is_file() else folder
+    folder = resolve_weights_folder(spec, weights)
     config = read_json(folder / "config.json")
     if "vision_config" not in config:
         raise MissingWeightsError(f"{spec.id}: {folder / 'config.json'} is missing or has no vision_config")
@@ -135,8 +142,5 @@ def build_medgemma(spec: EncoderSpec, *, weights=None, device="cpu"):
                     state_dict[target + key[len(prefix):]] = f.get_tensor(key)
     if not state_dict:
         raise MissingWeightsError(f"{spec.id}: no {MEDGEMMA_PREFIXES[0]}* tensors in {folder}")
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    if missing or unexpected:
-        raise MissingWeightsError(f"{spec.id}: the vision tower in {folder} does not fit its vision_config: "
-                                  f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected")
+    load_weights_strictly(spec, model, state_dict, source=folder, what="the SigLIP tower of its vision_config")
     return hf_vision_encoder(spec, model, device=device, weights_path=folder)

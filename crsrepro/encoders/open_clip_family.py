@@ -24,9 +24,10 @@ from crsrepro.encoders.registry import (
     depth_block_indices,
     find_weight_file,
     load_state_dict,
+    load_weights_strictly,
     pool_tokens,
     read_json,
-    resolve_weights,
+    resolve_weights_folder,
 )
 from crsrepro.errors import MissingWeightsError
 
@@ -68,19 +69,13 @@ def open_clip_visual_from_state_dict(spec: EncoderSpec, state_dict: dict, *, mod
     quick_gelu = bool(model_cfg.get("quick_gelu", False))
     visual = _build_vision_tower(model_cfg["embed_dim"], model_cfg["vision_cfg"], quick_gelu=quick_gelu)
     visual_sd = {k[len("visual."):]: v for k, v in state_dict.items() if k.startswith("visual.")}
-    missing, unexpected = visual.load_state_dict(visual_sd, strict=False)
-    if missing or unexpected or not visual_sd:
-        raise MissingWeightsError(
-            f"{spec.id}: {weights_path} does not fit the open_clip image tower: {len(missing)} missing keys "
-            f"(e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    load_weights_strictly(spec, visual, visual_sd, source=weights_path, what="the open_clip image tower")
     return OpenClipEncoder(spec, visual, device=device, weights_path=weights_path)
 
 
 def build_open_clip(spec: EncoderSpec, *, weights=None, device="cpu") -> OpenClipEncoder:
     """Builder for ``loader="open_clip"``: a hub-layout folder (``open_clip_config.json`` + weights)."""
-    folder = resolve_weights(spec, weights)
-    if folder.is_file():
-        folder = folder.parent
+    folder = resolve_weights_folder(spec, weights)
     config = read_json(folder / "open_clip_config.json")
     if "model_cfg" not in config:
         raise MissingWeightsError(f"{spec.id}: {folder / 'open_clip_config.json'} is missing or has no model_cfg")

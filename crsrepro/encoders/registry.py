@@ -255,6 +255,25 @@ def resolve_weights(spec: EncoderSpec, weights: str | os.PathLike | None = None)
                               f"expected {expected}")
 
 
+def resolve_weights_folder(spec: EncoderSpec, weights: str | os.PathLike | None = None) -> Path:
+    """:func:`resolve_weights`, as the folder (a file given as ``weights`` stands for its folder)."""
+    path = resolve_weights(spec, weights)
+    return path.parent if path.is_file() else path
+
+
+def load_weights_strictly(spec: EncoderSpec, module: torch.nn.Module, state_dict: dict, *, source: Path,
+                          what: str) -> None:
+    """Load ``state_dict`` into ``module``; any missing or unexpected key raises MissingWeightsError.
+
+    A checkpoint that only half-fits is the wrong checkpoint; ``what`` names the architecture in the message.
+    """
+    missing, unexpected = module.load_state_dict(state_dict, strict=False)
+    if missing or unexpected or not state_dict:
+        raise MissingWeightsError(
+            f"{spec.id}: {source} does not fit {what}: {len(missing)} missing keys (e.g. {missing[:3]}), "
+            f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+
+
 def find_weight_file(spec: EncoderSpec, path: Path, names: Sequence[str] | None = None) -> Path:
     """The first of ``names`` (default ``spec.weight_files``) inside folder ``path``, or ``path`` itself."""
     if path.is_file():

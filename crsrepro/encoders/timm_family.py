@@ -21,10 +21,11 @@ from crsrepro.encoders.registry import (
     depth_block_indices,
     find_weight_file,
     load_state_dict,
+    load_weights_strictly,
     pool_feature_map,
     pool_tokens,
     read_json,
-    resolve_weights,
+    resolve_weights_folder,
 )
 from crsrepro.errors import MissingWeightsError
 
@@ -59,26 +60,16 @@ class TimmEncoder(Encoder):
 
 def timm_from_state_dict(spec: EncoderSpec, state_dict: dict, *, model_args: dict, device,
                          weights_path: Path) -> TimmEncoder:
-    """Build ``spec.architecture`` with ``model_args`` and load ``state_dict`` strictly (heads dropped).
-
-    Missing or unexpected backbone keys raise :class:`MissingWeightsError`: a checkpoint that only
-    half-fits is the wrong checkpoint.
-    """
+    """Build ``spec.architecture`` with ``model_args`` and load ``state_dict`` strictly (heads dropped)."""
     model = timm.create_model(spec.architecture, pretrained=False, num_classes=0, **model_args)
     state_dict = {k: v for k, v in state_dict.items() if k not in _HEAD_KEYS}
-    missing, unexpected = model.load_state_dict(state_dict, strict=False)
-    if missing or unexpected:
-        raise MissingWeightsError(
-            f"{spec.id}: {weights_path} does not fit timm {spec.architecture}: "
-            f"{len(missing)} missing keys (e.g. {missing[:3]}), {len(unexpected)} unexpected (e.g. {unexpected[:3]})")
+    load_weights_strictly(spec, model, state_dict, source=weights_path, what=f"timm {spec.architecture}")
     return TimmEncoder(spec, model, device=device, weights_path=weights_path)
 
 
 def build_timm(spec: EncoderSpec, *, weights=None, device="cpu") -> TimmEncoder:
     """Builder for ``loader="timm"``: a hub-layout folder (``config.json`` + weights)."""
-    folder = resolve_weights(spec, weights)
-    if folder.is_file():
-        folder = folder.parent
+    folder = resolve_weights_folder(spec, weights)
     config = read_json(folder / "config.json")
     arch = config.get("architecture", spec.architecture)
     if arch != spec.architecture:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import torch
 from transformers import CLIPVisionModel, Dinov2Model, SiglipVisionConfig, SiglipVisionModel
 
-from crsrepro.encoders.registry import Encoder, EncoderSpec, depth_block_indices, pool_tokens, resolve_weights
+from crsrepro.encoders.registry import (Encoder, EncoderSpec, depth_block_indices, pool_tokens,
+                                       resolve_weights_folder)
 from crsrepro.errors import MissingWeightsError
 
 ARCHITECTURES = {"CLIPVisionModel": CLIPVisionModel, "SiglipVisionModel": SiglipVisionModel,
@@ -64,9 +65,7 @@ def hf_vision_encoder(spec: EncoderSpec, model: torch.nn.Module, *, device, weig
 
 def build_transformers(spec: EncoderSpec, *, weights=None, device="cpu") -> HFVisionEncoder:
     """Builder for ``loader="transformers"``: a ``save_pretrained`` folder of ``spec.architecture``."""
-    folder = resolve_weights(spec, weights)
-    if folder.is_file():
-        folder = folder.parent
+    folder = resolve_weights_folder(spec, weights)
     if not (folder / "config.json").is_file():
         raise MissingWeightsError(f"{spec.id}: {folder} has no config.json (expected a save_pretrained folder "
                                   f"with {' or '.join(spec.weight_files)})")
