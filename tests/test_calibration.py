@@ -1,0 +1,94 @@
+"""Tests for crsrepro.calibration: every recalibrator fixes an over-confident classifier."""
+
+import numpy as np
+import pytest
+from scipy.special import expit, softmax
+from sklearn.exceptions import NotFittedError
+
+from crsrepro.calibration import RECALIBRATORS, make_recalibrator
+from crsrepro.metrics import expected_calibration_error, macro_auroc
+
+SHARPNESS = 3.0  # the over-confident classifier multiplies the true logits by this
+
+
+def _overconfident(task, n, rng):
+    """Labels drawn from true probabilities; predictions from logits scaled by SHARPNESS."""
+    if task == "multiclass":
+        z = rng.normal(size=(n, 5)) * 1.5
+        cumulative = softmax(z, axis=1).cumsum(axis=1)
+        y = (rng.uniform(size=(n, 1)) > cumulative).sum(axis=1)
+        return softmax(SHARPNESS * z, axis=1), y
+    z = rng.normal(size=(n, 4)) * 2
+    y = (rng.uniform(size=z.shape) < expit(z)).astype(float)
+    y[rng.uniform(size=y.shape) < 0.1] = np.nan
+    return expit(SHARPNESS * z), y
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+@pytest.mark.parametrize("name", sorted(RECALIBRATORS))
+def test_recalibration_halves_ece_and_keeps_auroc(name, task):
+    rng = np.random.default_rng(0)
+    calib_probs, calib_y = _overconfident(task, 2000, rng)
+    test_probs, test_y = _overconfident(task, 2000, rng)
+    recalibrated = make_recalibrator(name).fit(calib_probs, calib_y).predict_proba(test_probs)
+    ece_before = expected_calibration_error(test_y, test_probs, task=task)
+    ece_after = expected_calibration_error(test_y, recalibrated, task=task)
+    assert ece_before > 0.1  # the fixture really is over-confident
+    assert ece_after <= ece_before / 2
+    auroc_change = macro_auroc(test_y, recalibrated, task=task) - macro_auroc(test_y, test_probs, task=task)
+    assert abs(auroc_change) <= 0.01
+    assert recalibrated.shape == test_probs.shape
+    if task == "multiclass":
+        np.testing.assert_allclose(recalibrated.sum(axis=1), 1.0)
+
+
+def test_temperature_recovers_the_sharpening():
+    rng = np.random.default_rng(1)
+    probs, y = _overconfident("multiclass", 4000, rng)
+    scaler = make_recalibrator("temperature").fit(probs, y)
+    assert scaler.temperature_ == pytest.approx(SHARPNESS, rel=0.1)
+    probs, y = _overconfident("multilabel", 4000, rng)
+    np.testing.assert_allclose(make_recalibrator("temperature").fit(probs, y).temperature_, SHARPNESS, rtol=0.15)
+
+
+def test_odir_penalty_shrinks_the_off_diagonal():
+    rng = np.random.default_rng(2)
+    probs, y = _overconfident("multiclass", 1000, rng)
+
+    def off_diagonal_norm(reg):
+        W = make_recalibrator("dirichlet", reg_lambda=reg, reg_mu=reg).fit(probs, y).maps_[0][0].numpy()
+        return np.linalg.norm(W - np.diag(np.diag(W)))
+
+    assert off_diagonal_norm(100.0) < 0.1 * off_diagonal_norm(1e-6)
+
+
+def test_isotonic_keeps_the_order_within_a_step():
+    probs = np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.2, 0.8]])
+    y = np.array([0, 1, 1, 1])
+    out = make_recalibrator("isotonic").fit(probs, y).predict_proba(np.array([[0.05, 0.95], [0.01, 0.99]]))
+    assert out[1, 1] > out[0, 1]  # both fall in the top isotonic step; the tie is broken by p
+
+
+def test_single_class_label_is_left_as_it_is(caplog):
+    rng = np.random.default_rng(3)
+    probs, y = _overconfident("multilabel", 500, rng)
+    y[:, 2] = np.where(np.isnan(y[:, 2]), np.nan, 0.0)
+    recalibrator = make_recalibrator("vector").fit(probs, y)
+    assert recalibrator.identity_labels_ == [2]
+    np.testing.assert_array_equal(recalibrator.predict_proba(probs)[:, 2], probs[:, 2])
+    assert "labels [2]" in caplog.text
+
+
+def test_bad_input():
+    probs = np.array([[0.7, 0.3], [0.4, 0.6]])
+    with pytest.raises(ValueError, match="unknown recalibrator"):
+        make_recalibrator("platt")
+    with pytest.raises(ValueError, match="sum to 1"):
+        make_recalibrator("temperature").fit(np.array([[0.7, 0.7], [0.4, 0.6]]), [0, 1])
+    with pytest.raises(ValueError, match="class ids"):
+        make_recalibrator("temperature").fit(probs, [0, 2])
+    with pytest.raises(NotFittedError):
+        make_recalibrator("isotonic").predict_proba(probs)
+    fitted = make_recalibrator("temperature").fit(probs, [0, 1])
+    with pytest.raises(ValueError, match="fitted on 2"):
+        fitted.predict_proba(np.array([[0.2, 0.3, 0.5]]))
