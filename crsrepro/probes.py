@@ -415,6 +415,8 @@ class LinearProbe(_StandardizedProbe):
         Whether every problem of the chosen C met the gradient tolerance.
     n_iter_ : int
         The largest iteration count among the chosen C's problems.
+    converged_by_c_, n_iter_by_c_ : ndarray of shape (len(c_grid),)
+        The same two per C of the sorted grid (False and 0 where a C was not fitted).
     hit_time_cap_ : bool
         Whether the time cap cut the fit short.
     fit_seconds_ : float
@@ -496,8 +498,9 @@ class LinearProbe(_StandardizedProbe):
         best = int(np.nanargmax(self.val_auroc_))
         self.C_ = float(grid[best])
         self.coef_, self.intercept_ = coef[best], intercept[best]
-        self.converged_ = bool(converged[best].all())
-        self.n_iter_ = int(n_iter[best].max())
+        self.converged_by_c_, self.n_iter_by_c_ = converged.all(axis=1), n_iter.max(axis=1)
+        self.converged_ = bool(self.converged_by_c_[best])
+        self.n_iter_ = int(self.n_iter_by_c_[best])
         self._link, self._binary = link, binary
         self.fit_seconds_ = time.perf_counter() - start
         if not self.converged_:

@@ -95,6 +95,8 @@ def test_sklearn_backend_under_time_cap_scores_only_the_fitted_c_values():
         X, y, X_val=X_val, y_val=y_val)
     assert np.isfinite(capped.val_auroc_[0]) and np.all(np.isnan(capped.val_auroc_[1:]))
     assert capped.C_ == SMALL_GRID[0]
+    assert capped.n_iter_by_c_[0] > 0 and capped.n_iter_by_c_[1:].tolist() == [0, 0]
+    assert not capped.converged_by_c_[1:].any()
 
 
 def test_batched_lbfgs_solves_independent_quadratics():
