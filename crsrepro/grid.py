@@ -35,7 +35,7 @@ import pandas as pd
 from crsrepro import __version__
 from crsrepro.errors import CrsreproError
 from crsrepro.profiles import Profile, load_profile
-from crsrepro.results import CACHE_VERSION, ResultStore, content_key, git_hash
+from crsrepro.results import CACHE_VERSION, ResultStore, content_key, git_hash, runs_table
 
 log = logging.getLogger(__name__)
 
@@ -222,11 +222,14 @@ class _Unit:
             return fit_linear_probes(feats["train"], train.labels, subsets, feats["val"], val.labels,
                                      task=self.view.task, c_grid=options["c_grid"], backend=options["backend"],
                                      device=options["device"], max_iter=options["max_iter"],
-                                     time_cap_s=options["time_cap_s"])
-        estimator = {"mlp": MLPProbe, "knn": KNNProbe}[self.probe]
-        kwargs = {"random_state": self.seed} if self.probe == "mlp" else {}
-        return {f: estimator(task=self.view.task, **kwargs).fit(feats["train"][idx], train.labels[idx],
-                                                                 X_val=feats["val"], y_val=val.labels)
+                                     time_cap_s=options["time_cap_s"], progress=False)
+        if self.probe == "mlp":  # the same device and compute-time cap as the linear probe
+            make = lambda: MLPProbe(task=self.view.task, device=options["device"],  # noqa: E731
+                                    time_cap_s=options["time_cap_s"], random_state=self.seed)
+        else:
+            make = lambda: KNNProbe(task=self.view.task)  # noqa: E731
+        return {f: make().fit(feats["train"][idx], train.labels[idx], X_val=feats["val"], y_val=val.labels,
+                              standardize_with=feats["train"])
                 for f, idx in subsets.items()}
 
     def _recalibrated(self, base: dict, val_probs: np.ndarray, val_labels: np.ndarray, test_probs: dict) -> list:
@@ -234,7 +237,7 @@ class _Unit:
 
         rows = []
         for name in RECALIBRATORS:
-            recalibrator = make_recalibrator(name, task=self.view.task).fit(val_probs, val_labels)
+            recalibrator = make_recalibrator(name).fit(val_probs, val_labels)
             for condition, probs in test_probs.items():
                 rows += _rows({**base, "condition": condition, "recalibrator": name},
                               _score(self.view.task, self._labels(condition), recalibrator.predict_proba(probs)))
@@ -311,14 +314,13 @@ def reference_frame(profile: Profile | str, results: pd.DataFrame | None = None,
     Once frozen it is read back (its hash checked) and never silently replaced: delete the file to
     re-freeze it.
     """
-    from crsrepro.crs import ReferenceFrame
-    from crsrepro.stats import cell_profiles
+    from crsrepro.crs import ReferenceFrame, cell_profiles
 
     profile = _as_profile(profile)
     path = frame_path(profile, manifest_dir)
     if path.is_file() or results is None:
         return ReferenceFrame.load(path)
-    frame = ReferenceFrame.freeze(cell_profiles(results), description=(
+    frame = ReferenceFrame.freeze(cell_profiles(runs_table(results)), description=(
         f"profile {profile.name}, panel of {len(profile.encoders)} encoders, frozen from crsrepro "
         f"{__version__} at commit {git_hash()}"))
     frame.save(path)
@@ -332,9 +334,8 @@ def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, 
     The panel is not recomputed and its published scores do not move (the frame is fixed). The
     newcomer's results go to ``<output_dir>/newcomers/<encoder id>/``.
     """
-    from crsrepro.crs import score_encoder
+    from crsrepro.crs import cell_profiles, score_encoder
     from crsrepro.encoders import get_spec
-    from crsrepro.stats import cell_profiles
 
     profile = _as_profile(profile)
     get_spec(encoder_id)  # an unknown id fails here, before any work
@@ -342,4 +343,4 @@ def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, 
     results = run_grid(profile, encoders=[encoder_id], weights={encoder_id: weights} if weights else None,
                        output_dir=profile.output_path / "newcomers" / encoder_id, manifest_dir=manifest_dir,
                        progress=progress)
-    return score_encoder(cell_profiles(results), frame)
+    return score_encoder(cell_profiles(runs_table(results)), frame)

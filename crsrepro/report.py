@@ -60,30 +60,56 @@ def encoder_inventory(profile: Profile) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("encoder")
 
 
-def primary_runs(results: pd.DataFrame, *, condition: str = "clean", label_fraction: float = 1.0) -> pd.DataFrame:
-    """The wide per-run rows of the primary protocol: frozen linear probe, final layer, no recalibration."""
+def primary_runs(results: pd.DataFrame, *, condition: str | None = "clean",
+                 label_fraction: float | None = 1.0) -> pd.DataFrame:
+    """The wide per-run rows of the primary protocol: frozen linear probe, final layer, no recalibration.
+
+    ``condition`` and ``label_fraction`` select runs; None keeps every condition or fraction.
+    """
     from crsrepro.results import runs_table
 
     runs = runs_table(results)
     keep = ((runs["probe"] == "linear") & (runs["regime"] == "frozen") & (runs["layer"] == "final")
-            & (runs["recalibrator"] == "none") & (runs["condition"] == condition)
-            & np.isclose(runs["label_fraction"], label_fraction))
+            & (runs["recalibrator"] == "none"))
+    if condition is not None:
+        keep &= runs["condition"] == condition
+    if label_fraction is not None:
+        keep &= np.isclose(runs["label_fraction"], label_fraction)
     return runs[keep]
 
 
-def discrimination_table(results: pd.DataFrame) -> pd.DataFrame:
-    """Clean full-label macro AUROC per encoder and dataset (mean ± sd over seeds), ranked by the mean
-    over the encoder's available cells (paper section "Results": the AUROC ranking)."""
+#: Metrics where lower is better; every other metric ranks higher-is-better.
+LOWER_IS_BETTER = {"ece", "classwise_ece"}
+
+
+def metric_table(results: pd.DataFrame, metric: str = "auroc") -> pd.DataFrame:
+    """A metric of the primary protocol per encoder and dataset (mean ± sd over seeds), ranked by
+    its mean over the encoder's available cells; missing cells are never imputed.
+
+    ``metric="auroc"`` is the paper's discrimination ranking, ``metric="ece"`` its calibration one.
+    """
     runs = primary_runs(results)
-    stats = runs.groupby(["encoder", "dataset"])["auroc"].agg(["mean", "std"])
+    stats = runs.groupby(["encoder", "dataset"])[metric].agg(["mean", "std"])
     mean = stats["mean"].unstack("dataset")
     table = mean.map(lambda v: f"{v:.3f}" if pd.notna(v) else "-")
     sd = stats["std"].unstack("dataset")
     table = table.where(sd.isna(), table + " ± " + sd.map(lambda v: f"{v:.3f}"))
-    family = runs.drop_duplicates("encoder").set_index("encoder")["family"]
-    table.insert(0, "family", family)
-    aggregate = mean.mean(axis=1)  # over available cells only; missing cells are never imputed
-    table["mean AUROC"] = aggregate.map(lambda v: f"{v:.3f}")
-    table["rank"] = aggregate.rank(ascending=False, method="min").astype(int)
+    table.insert(0, "family", runs.drop_duplicates("encoder").set_index("encoder")["family"])
+    aggregate = mean.mean(axis=1)
+    table[f"mean {metric.upper()}"] = aggregate.map(lambda v: f"{v:.3f}")
+    table["rank"] = aggregate.rank(ascending=metric in LOWER_IS_BETTER, method="min").astype(int)
     table.columns.name = None
     return table.sort_values("rank")
+
+
+def scalars(result, **extra) -> pd.DataFrame:
+    """The scalar fields of an analysis result (a dataclass from :mod:`crsrepro.stats`) as a table.
+
+    >>> from crsrepro.stats import rank_agreement
+    >>> scalars(rank_agreement({"a": 3, "b": 2, "c": 1}, {"a": 1, "b": 2, "c": 3})).loc["kendall_tau", "value"]
+    -1.0
+    """
+    values = {name: value for name, value in vars(result).items()
+              if isinstance(value, (int, float, np.integer, np.floating, str, bool))}
+    values.update(extra)
+    return pd.DataFrame({"value": pd.Series(values, dtype=object)})
