@@ -13,11 +13,9 @@ registers it.
 
 from __future__ import annotations
 
-from crsrepro.encoders import local
-from crsrepro.encoders.open_clip_family import build_open_clip
+import importlib
+
 from crsrepro.encoders.registry import HALF, IMAGENET_MEAN, IMAGENET_STD, NETWORK_TAPS, EncoderSpec
-from crsrepro.encoders.timm_family import build_timm
-from crsrepro.encoders.transformers_family import build_transformers
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -28,6 +26,24 @@ HF_FILES = ("model.safetensors", "pytorch_model.bin")
 
 def _spec(**fields) -> EncoderSpec:
     return EncoderSpec(layer_taps=NETWORK_TAPS, **fields)
+
+
+def _lazy(module: str, name: str):
+    """A builder that imports its family module on first use (timm, open_clip and transformers are slow
+    to import, and most runs need only some of them)."""
+    def builder(spec, *, weights=None, device="cpu"):
+        return getattr(importlib.import_module(f"crsrepro.encoders.{module}"), name)(spec, weights=weights,
+                                                                                   device=device)
+    builder.__name__ = builder.__qualname__ = name
+    return builder
+
+
+build_timm = _lazy("timm_family", "build_timm")
+build_open_clip = _lazy("open_clip_family", "build_open_clip")
+build_transformers = _lazy("transformers_family", "build_transformers")
+build_medgemma, build_panderm, build_retfound, build_biovil, build_chexzero = (
+    _lazy("local", name) for name in ("build_medgemma", "build_panderm", "build_retfound", "build_biovil",
+                                      "build_chexzero"))
 
 
 PAPER_ENCODERS = [
@@ -98,7 +114,7 @@ PAPER_ENCODERS = [
            hf_repo="google/medgemma-4b-it", weight_files=("model.safetensors.index.json", "model.safetensors"),
            notes="MedGemma 4B's SigLIP tower (vision_use_head=False), read from the Gemma3 checkpoint's "
                  "vision_tower.vision_model.* tensors without loading the language model; [ours] the mean of "
-                 "the normed patch tokens (Gemma3 itself average-pools them to 256 tokens)."), local.build_medgemma),
+                 "the normed patch tokens (Gemma3 itself average-pools them to 256 tokens)."), build_medgemma),
     # ---------------------------------------------------------------- specialist (5)
     (_spec(id="specialist.panderm", family="specialist", loader="local", architecture="beit_large_patch16_224",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic",
@@ -106,13 +122,13 @@ PAPER_ENCODERS = [
            weight_files=("panderm_ll_data6_checkpoint-499.pth",),
            notes="PanDerm ViT-L/16 (CAE pretraining, dermatology); its linear-probe code strips 'encoder.' "
                  "and uses mean pooling; the key layout was checked against that code, not the released file "
-                 "(no weights here)."), local.build_panderm),
+                 "(no weights here)."), build_panderm),
     (_spec(id="specialist.retfound", family="specialist", loader="local", architecture="vit_large_patch16_224",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic",
            pooling="mean_patch", embed_dim=1024, licence="CC-BY-NC-4.0", hf_repo="YukunZhou/RETFound_mae_natureCFP",
            weight_files=("RETFound_cfp_weights.pth", "RETFound_mae_natureCFP.pth"),
            notes="RETFound-MAE for colour fundus photographs; RETFound fine-tunes with global pooling, so "
-                 "[ours] the mean of the normed patch tokens."), local.build_retfound),
+                 "[ours] the mean of the normed patch tokens."), build_retfound),
     (_spec(id="specialist.rad_dino", family="specialist", loader="transformers", architecture="Dinov2Model",
            input_size=518, mean=(0.5307, 0.5307, 0.5307), std=(0.2583, 0.2583, 0.2583),
            interpolation="bicubic", pooling="cls", embed_dim=768, licence="MSRLA",
@@ -125,11 +141,11 @@ PAPER_ENCODERS = [
            hf_repo="microsoft/BiomedVLP-CXR-BERT-specialized",
            weight_files=("biovil_image_resnet50_proj_size_128.pt",),
            notes="BioViL's ResNet-50 from hi-ml (inference: 480 crop, no normalisation); [ours] the 2048-d "
-                 "pooled output, not the 128-d projection trained for text matching."), local.build_biovil),
+                 "pooled output, not the 128-d projection trained for text matching."), build_biovil),
     (_spec(id="specialist.chexzero", family="specialist", loader="local", architecture="openai-clip-ViT-B-32",
            input_size=224, mean=(101.48761 / 255,) * 3, std=(83.43944 / 255,) * 3, interpolation="bicubic",
            pooling="image_embed", intermediate_pooling="cls", embed_dim=512, licence="MIT",
            excluded_datasets=("aptos2019",), weight_files=("best_64_5e-05_original_22000_0.864.pt",),
            notes="CheXzero's best released checkpoint (OpenAI CLIP ViT-B/32 fine-tuned on MIMIC-CXR reports) "
-                 "with its own normalisation; [ours] the projected image embedding."), local.build_chexzero),
+                 "with its own normalisation; [ours] the projected image embedding."), build_chexzero),
 ]

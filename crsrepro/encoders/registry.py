@@ -394,18 +394,8 @@ class Encoder:
         return self._weights_hash
 
     def resize(self, batch_uint8: torch.Tensor) -> torch.Tensor:
-        """Resize the short side to ``spec.input_size`` (antialiased) and centre-crop to a square.
-
-        Works on ``uint8`` or float tensors ``[B, 3, H, W]`` and keeps the dtype; a batch already at the
-        input size is returned unchanged. [ours] a centre crop with crop fraction 1.0 for every encoder,
-        so that every encoder sees the same field of view.
-        """
-        size = self.spec.input_size
-        if batch_uint8.shape[-2:] == (size, size):
-            return batch_uint8
-        mode = InterpolationMode.BICUBIC if self.spec.interpolation == "bicubic" else InterpolationMode.BILINEAR
-        x = TF.resize(batch_uint8, [size], interpolation=mode, antialias=True)
-        return TF.center_crop(x, [size, size])
+        """:func:`resize_to_input` with this encoder's spec."""
+        return resize_to_input(self.spec, batch_uint8)
 
     def preprocess(self, batch_uint8: torch.Tensor) -> torch.Tensor:
         """``uint8 [B, 3, H, W]`` to the normalised float network input ``[B, 3, S, S]`` on the device."""
@@ -441,6 +431,21 @@ class Encoder:
             feats = self.forward_features(self.preprocess(batch), layers=("final",))["final"]
             chunks.append(feats.cpu().numpy().astype(np.float32))
         return np.concatenate(chunks)
+
+
+def resize_to_input(spec: EncoderSpec, batch: torch.Tensor) -> torch.Tensor:
+    """Resize the short side to ``spec.input_size`` (antialiased) and centre-crop to a square.
+
+    Works on ``uint8`` or float tensors ``[B, 3, H, W]`` and keeps the dtype; a batch already at the
+    input size is returned unchanged. A function of the spec alone, so data-loader workers can call it
+    without the model. [ours] a centre crop with crop fraction 1.0 for every encoder, so that every
+    encoder sees the same field of view.
+    """
+    size = spec.input_size
+    if batch.shape[-2:] == (size, size):
+        return batch
+    mode = InterpolationMode.BICUBIC if spec.interpolation == "bicubic" else InterpolationMode.BILINEAR
+    return TF.center_crop(TF.resize(batch, [size], interpolation=mode, antialias=True), [size, size])
 
 
 def pil_to_uint8_tensor(image) -> torch.Tensor:

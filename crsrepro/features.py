@@ -1,0 +1,326 @@
+"""Feature extraction with a content-addressed cache (DESIGN.md sections 5 and 6).
+
+:func:`extract_features` turns a table of images into one ``(N, D)`` array per (test condition, layer
+tap), rows in the table's order. Each image is decoded once; it is first brought to the dataset's
+canonical size (short side to ``canonical_size``, or kept as stored), then each requested condition is
+applied to it **once** at that size (:func:`crsrepro.perturb.apply_condition`; ``clean`` is the image
+itself), and only then does the encoder resize it with its own preprocessing. So every encoder sees the
+same degraded image (DESIGN.md section 6). All layer taps come from the same forward pass.
+
+The cache
+---------
+An entry is ``<cache_dir>/<key[:2]>/<key>.npy`` plus ``<key>.meta.json``. The key is a SHA-256 over
+everything that changes the bytes (:func:`feature_cache_inputs`): encoder id, weights hash, the spec's
+preprocessing and pooling, dataset, manifest hash, the hash of the image ids in order, canonical size,
+condition, layer and :data:`CACHE_VERSION` (bumped when this stage's semantics change; never the
+package version). The sidecar records those inputs with the versions of torch/timm/transformers/
+open_clip/crsrepro, the git hash, the shape and the time. Every file is written to a temporary name in
+the same folder and renamed (``os.replace``); the ``.meta.json`` is written last and marks the entry
+complete, so a half-written entry is never read.
+
+Long extractions are cut into chunks of ``chunk_size`` images [ours]; each finished chunk is saved
+(atomically) under ``<cache_dir>/partial/<key>/``, so a run killed mid-way resumes at the first missing
+chunk and gives identical features. The partial files are removed once the entry is complete.
+
+Devices
+-------
+On a CPU: a ``DataLoader`` with ``num_workers`` workers that decode, perturb and resize, and an fp32
+forward. On a GPU (``encoder.device`` is CUDA; not runnable in this repository's CI, which has none):
+pinned memory, non-blocking copies, bf16 autocast and a channels-last input. Decode and perturbation
+stay in the CPU workers, which prefetch (``prefetch_factor``) while the GPU runs: the perturbations are
+numpy functions of the data layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+from crsrepro.encoders.registry import Encoder, EncoderSpec, resize_to_input
+
+logger = logging.getLogger(__name__)
+
+CACHE_VERSION = 1
+DEFAULT_CHUNK_SIZE = 4096
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache keys and atomic files
+# --------------------------------------------------------------------------------------------------
+
+def image_ids_hash(image_ids: Sequence[str]) -> str:
+    """SHA-256 of the image ids in order (the order is the row order of the features).
+
+    >>> image_ids_hash(["a", "b"]) != image_ids_hash(["b", "a"])
+    True
+    """
+    return hashlib.sha256("\n".join(map(str, image_ids)).encode()).hexdigest()
+
+
+def feature_cache_inputs(encoder: Encoder, *, dataset: str, manifest_hash: str, ids_hash: str,
+                         canonical_size: int | None, condition: str, layer: str) -> dict:
+    """Everything that decides the bytes of one feature array; its JSON is what the key hashes."""
+    spec = encoder.spec
+    return {"encoder": spec.id, "weights_hash": encoder.weights_hash, "preprocessing": spec.preprocessing,
+            "pooling": spec.pooling_at(layer), "feature_layer": spec.feature_layer, "dataset": dataset,
+            "manifest_hash": manifest_hash, "image_ids_hash": ids_hash, "canonical_size": canonical_size,
+            "condition": condition, "layer": layer, "cache_version": CACHE_VERSION}
+
+
+def cache_key(inputs: dict) -> str:
+    """SHA-256 of the canonical JSON of ``inputs``.
+
+    >>> cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1})
+    True
+    """
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _save_array(path: Path, array: np.ndarray) -> None:
+    _atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+
+
+def _entry_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
+    folder = cache_dir / key[:2]
+    return folder / f"{key}.npy", folder / f"{key}.meta.json"
+
+
+def _read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
+    array_path, meta_path = _entry_paths(cache_dir, key)
+    if not meta_path.is_file() or not array_path.is_file():
+        return None  # absent, or killed before the meta file that marks it complete
+    array = np.load(array_path, allow_pickle=False)
+    if array.ndim != 2 or array.shape[0] != n_rows:
+        logger.warning("feature cache entry %s has shape %s, expected %d rows; recomputing",
+                       array_path, array.shape, n_rows)
+        return None
+    return array
+
+
+def _git_hash() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("crsrepro", "torch", "torchvision", "timm", "transformers", "open_clip_torch", "numpy"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[package] = version(package)
+    return found
+
+
+def _write_entry(cache_dir: Path, key: str, inputs: dict, array: np.ndarray, *, extra: dict) -> None:
+    array_path, meta_path = _entry_paths(cache_dir, key)
+    _save_array(array_path, array)
+    meta = {"key": key, "inputs": inputs, "shape": list(array.shape), "dtype": str(array.dtype),
+            "versions": _versions(), "git_hash": _git_hash(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+    _atomic_write(meta_path, lambda f: f.write(json.dumps(meta, indent=1, sort_keys=True).encode()))
+
+
+# --------------------------------------------------------------------------------------------------
+# Decode once, degrade once at the canonical size, resize for the encoder
+# --------------------------------------------------------------------------------------------------
+
+def to_canonical_size(image: Image.Image, canonical_size: int | None) -> Image.Image:
+    """Resize so the short side is ``canonical_size`` (bicubic, [ours]); ``None`` keeps the stored size.
+
+    >>> to_canonical_size(Image.new("RGB", (40, 20)), 10).size
+    (20, 10)
+    """
+    if canonical_size is None or min(image.size) == canonical_size:
+        return image
+    w, h = image.size
+    scale = canonical_size / min(w, h)
+    return image.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BICUBIC)
+
+
+def degraded_views(image: Image.Image, image_id: str, conditions: Sequence[str]) -> list[np.ndarray]:
+    """The image under each condition, as ``uint8 [H, W, 3]`` arrays (``clean`` is the image itself)."""
+    array = np.asarray(image, dtype=np.uint8)
+    if any(c != "clean" for c in conditions):
+        from crsrepro.perturb import apply_condition
+    return [array if c == "clean" else apply_condition(array, c, image_id) for c in conditions]
+
+
+class _ConditionedImages(Dataset):
+    """Item ``i``: image ``i`` under every condition, resized for ``spec``: ``uint8 [C, 3, S, S]``."""
+
+    def __init__(self, image_ids, paths, *, conditions, canonical_size, spec: EncoderSpec):
+        self.image_ids, self.paths = list(image_ids), list(paths)
+        self.conditions, self.canonical_size, self.spec = tuple(conditions), canonical_size, spec
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        from crsrepro.data import read_image
+
+        image = to_canonical_size(read_image(self.paths[i]), self.canonical_size)
+        views = degraded_views(image, self.image_ids[i], self.conditions)
+        batch = torch.stack([torch.from_numpy(np.require(v, requirements=["C", "W"])).permute(2, 0, 1) for v in views])
+        return resize_to_input(self.spec, batch)
+
+
+def _forward(encoder: Encoder, batch: torch.Tensor, layers: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """``uint8 [B, 3, S, S]`` to ``{layer: float32 [B, D]}``; bf16 autocast and channels-last on a GPU."""
+    x = encoder.preprocess(batch)
+    if encoder.device.type != "cuda":
+        return encoder.forward_features(x, layers=layers)
+    x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return encoder.forward_features(x, layers=layers)
+
+
+# --------------------------------------------------------------------------------------------------
+# The extractor
+# --------------------------------------------------------------------------------------------------
+
+def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, manifest_hash: str,
+                     conditions: Sequence[str] = ("clean",), layers: Sequence[str] = ("final",),
+                     cache_dir, canonical_size: int | None = None, batch_size: int = 64,
+                     num_workers: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE,
+                     progress: bool = True) -> dict[tuple[str, str], np.ndarray]:
+    """Features of ``images`` for every (condition, layer), from the cache where present.
+
+    Parameters
+    ----------
+    encoder : Encoder
+        From :func:`crsrepro.encoders.create_encoder`.
+    images : DataFrame
+        Columns ``image_id`` and ``path``; the rows of every returned array follow its order.
+    dataset, manifest_hash : str
+        Name the image set in the cache key (the manifest hash freezes the split).
+    conditions : sequence of str
+        ``clean`` and/or ``<perturbation>@<severity>`` (DESIGN.md section 6).
+    layers : sequence of str
+        Layer taps among ``encoder.spec.layer_taps``.
+    cache_dir : path
+        Root of the content-addressed cache.
+    canonical_size : int or None
+        Short side at which images are degraded; None keeps the stored size.
+    batch_size, num_workers : int
+        Forward batch size and DataLoader workers (decode, perturb and resize run in the workers).
+    chunk_size : int
+        [ours] Images per resumable chunk (see the module docstring).
+    progress : bool
+        Show a tqdm bar with the throughput in img/s.
+
+    Returns
+    -------
+    dict
+        ``{(condition, layer): float32 array (N, D)}``.
+    """
+    conditions, layers = tuple(dict.fromkeys(conditions)), tuple(dict.fromkeys(layers))
+    missing_cols = {"image_id", "path"} - set(images.columns)
+    if missing_cols:
+        raise ValueError(f"images needs columns image_id and path; missing {sorted(missing_cols)}")
+    if len(images) == 0 or not conditions or not layers:
+        raise ValueError("extract_features needs at least one image, one condition and one layer")
+    unknown = [name for name in layers if name not in encoder.spec.layer_taps]
+    if unknown:
+        raise ValueError(f"{encoder.spec.id}: layers {unknown} not among {list(encoder.spec.layer_taps)}")
+    if batch_size < 1 or chunk_size < 1 or num_workers < 0:
+        raise ValueError("batch_size and chunk_size must be positive and num_workers non-negative")
+    cache_dir = Path(cache_dir)
+    ids = images["image_id"].astype(str).tolist()
+    ids_hash = image_ids_hash(ids)
+    inputs = {(c, layer): feature_cache_inputs(encoder, dataset=dataset, manifest_hash=manifest_hash,
+                                               ids_hash=ids_hash, canonical_size=canonical_size,
+                                               condition=c, layer=layer)
+              for c in conditions for layer in layers}
+    keys = {pair: cache_key(value) for pair, value in inputs.items()}
+    out = {pair: _read_entry(cache_dir, key, len(ids)) for pair, key in keys.items()}
+    todo = [c for c in conditions if any(out[(c, layer)] is None for layer in layers)]
+    if not todo:
+        logger.info("%s on %s: all %d feature arrays from the cache", encoder.spec.id, dataset, len(out))
+        return out
+
+    # one resumable run over the conditions still missing; its chunks are named by all their keys
+    run_id = cache_key({"keys": [keys[(c, layer)] for c in todo for layer in layers]})
+    partial_dir = cache_dir / "partial" / run_id
+    dataset_ = _ConditionedImages(ids, images["path"].astype(str).tolist(), conditions=todo,
+                                  canonical_size=canonical_size, spec=encoder.spec)
+    started = time.time()
+    chunks = []
+    with tqdm(total=len(ids), unit="img", disable=not progress,
+              desc=f"{encoder.spec.id} {dataset} x{len(todo)} cond") as bar:
+        for chunk_index, start in enumerate(range(0, len(ids), chunk_size)):
+            rows = range(start, min(start + chunk_size, len(ids)))
+            chunk_path = partial_dir / f"{chunk_index:06d}.npz"
+            if chunk_path.is_file():  # finished by an earlier, interrupted run
+                with np.load(chunk_path, allow_pickle=False) as saved:
+                    chunk = {name: saved[name] for name in saved.files}
+                bar.update(len(rows))
+            else:
+                chunk = _extract_chunk(encoder, dataset_, rows, todo, layers, batch_size, num_workers, bar)
+                _atomic_write(chunk_path, lambda f: np.savez(f, **chunk))
+            chunks.append(chunk)
+    elapsed = time.time() - started
+    for c in todo:
+        for layer in layers:
+            array = np.concatenate([chunk[f"{c}|{layer}"] for chunk in chunks]).astype(np.float32)
+            _write_entry(cache_dir, keys[(c, layer)], inputs[(c, layer)], array,
+                         extra={"n_images": len(ids), "extraction_seconds": round(elapsed, 3),
+                                "device": str(encoder.device)})
+            out[(c, layer)] = array
+    shutil.rmtree(partial_dir, ignore_errors=True)
+    logger.info("%s on %s: %d images x %d conditions in %.1f s", encoder.spec.id, dataset, len(ids),
+                len(todo), elapsed)
+    return out
+
+
+def _extract_chunk(encoder, dataset_, rows, conditions, layers, batch_size, num_workers, bar) -> dict:
+    """Features of ``rows`` of ``dataset_`` as ``{"condition|layer": (n, D) float32}``."""
+    on_gpu = encoder.device.type == "cuda"
+    loader = DataLoader(torch.utils.data.Subset(dataset_, list(rows)), batch_size=batch_size,
+                        num_workers=num_workers, pin_memory=on_gpu,
+                        prefetch_factor=4 if num_workers > 0 else None,
+                        persistent_workers=False)
+    parts = {f"{c}|{layer}": [] for c in conditions for layer in layers}
+    for batch in loader:  # uint8 [B, C, 3, S, S]
+        for j, c in enumerate(conditions):
+            feats = _forward(encoder, batch[:, j], layers)
+            for layer in layers:
+                parts[f"{c}|{layer}"].append(feats[layer].float().cpu().numpy())
+        bar.update(len(batch))
+    return {name: np.concatenate(arrays).astype(np.float32) for name, arrays in parts.items()}
