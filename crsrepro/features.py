@@ -201,7 +201,7 @@ class _ConditionedImages(Dataset):
         return resize_to_input(self.spec, batch)
 
 
-def _forward(encoder: Encoder, batch: torch.Tensor, layers: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def forward_batch(encoder: Encoder, batch: torch.Tensor, layers: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """``uint8 [B, 3, S, S]`` to ``{layer: float32 [B, D]}``; bf16 autocast and channels-last on a GPU."""
     x = encoder.preprocess(batch)
     if encoder.device.type != "cuda":
@@ -319,7 +319,7 @@ def _extract_chunk(encoder, dataset_, rows, conditions, layers, batch_size, num_
     parts = {f"{c}|{layer}": [] for c in conditions for layer in layers}
     for batch in loader:  # uint8 [B, C, 3, S, S]
         for j, c in enumerate(conditions):
-            feats = _forward(encoder, batch[:, j], layers)
+            feats = forward_batch(encoder, batch[:, j], layers)
             for layer in layers:
                 parts[f"{c}|{layer}"].append(feats[layer].float().cpu().numpy())
         bar.update(len(batch))
