@@ -1,0 +1,310 @@
+"""The claims page (DESIGN.md section 12): the claims file, the status logic, and the measurements on a
+small synthetic results table in the tidy layout of crsrepro.results."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from crsrepro.claims import (CLAIMS_PATH, NOTEBOOKS, STATUSES, ClaimsError, claims_table, load_claims,
+                             measure_claims, reversed_pairs_for_tau)
+from crsrepro.errors import CrsreproError
+from crsrepro.profiles import load_profile
+from crsrepro.results import RUN_KEYS
+
+SEED_REVIEW = Path(__file__).parents[1] / ".." / "shared" / "seed" / "000_e17ff5654a74f3ba.txt"
+CLAIMS = load_claims()
+
+
+# --------------------------------------------------------------------------- the claims file
+
+def test_claims_file_loads_with_unique_ids_and_known_chapters():
+    assert len(CLAIMS) > 100 and CLAIMS["id"].is_unique
+    assert set(CLAIMS["notebook"]) == set(NOTEBOOKS)
+    assert set(CLAIMS["scope"]) == {"any", "paper"}
+    ranges = CLAIMS[CLAIMS["value"].map(lambda v: isinstance(v, tuple))]
+    assert set(ranges["id"]) >= {"crs_leader_diff_ci", "recalibration_relative_reduction", "rad_dino_depth50_gain"}
+
+
+def test_the_counts_the_brief_names_are_claimed():
+    value = CLAIMS.set_index("id")["value"]
+    assert (value["n_runs"], value["n_seed_aggregated_rows"], value["n_cells"]) == (17575, 3515, 43)
+    assert (value["chexpert_images"], value["isic_images"], value["aptos_images"]) == (191229, 25331, 3662)
+    assert (value["auroc_crs_n_pairs"], value["auroc_crs_reversed_pairs"]) == (105, 21)
+    assert value["crs_leader_diff_ci"] == (-0.097, 0.017)
+
+
+@pytest.mark.skipif(not SEED_REVIEW.is_file(), reason="the seed review is not next to this checkout")
+def test_every_source_sentence_occurs_verbatim_in_the_seed_review():
+    review = SEED_REVIEW.read_text(encoding="utf-8")
+    missing = [c.id for c in CLAIMS.itertuples() if c.source not in review]
+    assert not missing, f"sources not found verbatim in {SEED_REVIEW.name}: {missing}"
+
+
+CHINESE_NUMERALS = {"零": 0, "一": 1, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "八": 8, "十二": 12, "十五": 15}
+# Values that a source implies without writing them: sums, consistency checks, "none", "unchanged".
+DERIVED = {"p_rank1_sum", "reversed_pairs_implied_by_tau", "lodo_champions_recovered",
+           "chexpert_mae_resnet50_never_match_vit", "lora_top3_overlap", "insertion_fixed_movement"}
+
+
+def _numbers_in(sentence: str) -> set[float]:
+    """Every number written in a sentence: decimal commas, thin-space thousands, percents, numerals."""
+    found = set()
+    for match in re.finditer(r"[-+]?\d+(?: \d{3})*(?:,\d+)?( %)?", sentence):
+        number = float(match.group(0).replace(" %", "").replace(" ", "").replace(",", "."))
+        found |= {number, number / 100} if match.group(1) else {number}
+    return found | {v for word, v in CHINESE_NUMERALS.items() if word in sentence}
+
+
+def test_every_value_is_written_in_its_source_sentence():
+    wrong = []
+    for claim in CLAIMS.itertuples():
+        if claim.id in DERIVED:
+            continue
+        values = claim.value if isinstance(claim.value, tuple) else (claim.value,)
+        written = _numbers_in(claim.source)
+        if not all(any(np.isclose(v, w) for w in written) for v in values):
+            wrong.append((claim.id, claim.value, sorted(written)))
+    assert not wrong
+
+
+def _write_claims(tmp_path, entries, version=1):
+    path = tmp_path / "claims.yaml"
+    path.write_text(yaml.safe_dump({"version": version, "claims": entries}, allow_unicode=True), encoding="utf-8")
+    return path
+
+
+GOOD = dict(id="x_count", value=3, kind="count", source="三", gloss="three", section="DESIGN.md 7",
+            notebook="00_setup", measure="x", scope="any")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"colour": "red"}, r"claim 1 \(id 'x_count'\): unknown field\(s\) colour"),
+    ({"gloss": None}, r"claim 1 \(id 'x_count'\): gloss must be a non-empty string"),
+    ({"scope": "everywhere"}, r"claim 1 \(id 'x_count'\): scope must be one of any, paper"),
+    ({"value": [0.3, 0.1]}, r"value must be a number or \[low, high\]"),
+    ({"value": "0,5"}, r"value must be a number"),
+    ({"notebook": "09_extra"}, r"notebook must be one of"),
+    ({"id": "BadId"}, r"id must be snake_case"),
+    ({"analogue": "y"}, r"analogue is only for scope paper"),
+])
+def test_a_bad_entry_names_itself_and_the_field(tmp_path, change, message):
+    path = _write_claims(tmp_path, [GOOD | change])
+    with pytest.raises(ClaimsError, match=message):
+        load_claims(path)
+
+
+def test_missing_fields_duplicates_version_and_file_are_user_errors(tmp_path):
+    entry = {k: v for k, v in GOOD.items() if k != "source"}
+    with pytest.raises(ClaimsError, match=r"claim 2 \(id 'x_count'\): missing field\(s\) source"):
+        load_claims(_write_claims(tmp_path, [GOOD | {"id": "first"}, entry]))
+    with pytest.raises(ClaimsError, match="claim 2 repeats the id 'x_count'"):
+        load_claims(_write_claims(tmp_path, [GOOD, GOOD]))
+    with pytest.raises(ClaimsError, match="version 2"):
+        load_claims(_write_claims(tmp_path, [GOOD], version=2))
+    with pytest.raises(CrsreproError, match="no claims file"):
+        load_claims(tmp_path / "absent.yaml")
+    assert load_claims(_write_claims(tmp_path, [GOOD]))["value"].tolist() == [3.0]
+
+
+# --------------------------------------------------------------------------- status logic
+
+STATUS_CLAIMS = [
+    GOOD | {"id": "any_measured", "measure": "m_any"},
+    GOOD | {"id": "any_missing", "measure": "m_absent", "notebook": "07_lora"},
+    GOOD | {"id": "any_undefined", "measure": None, "note": "a remark"},
+    GOOD | {"id": "paper_with_analogue", "measure": "m_paper", "scope": "paper", "analogue": "m_analogue"},
+    GOOD | {"id": "paper_without_analogue", "measure": "m_paper", "scope": "paper"},
+    GOOD | {"id": "paper_analogue_missing", "measure": "m_paper", "scope": "paper", "analogue": "m_absent",
+            "notebook": "06_layer_depth"},
+    GOOD | {"id": "paper_range", "value": [0.1, 0.2], "measure": "m_range", "scope": "paper"},
+]
+MEASURED = {"m_any": 3.0, "m_paper": 0.9123, "m_analogue": 0.61, "m_range": (0.12, 0.25), "m_none": None}
+
+
+def _table(tmp_path, profile_name):
+    return claims_table(load_claims(_write_claims(tmp_path, STATUS_CLAIMS)), MEASURED,
+                        profile_name=profile_name).set_index("id")
+
+
+def test_status_on_a_non_paper_profile(tmp_path):
+    table = _table(tmp_path, "demo")
+    assert set(table["status"]) <= set(STATUSES)
+    assert table.loc["any_measured", ["this run", "status"]].tolist() == ["3", "measured"]
+    assert table.loc["any_missing", ["this run", "status"]].tolist() == ["", "not measured"]
+    assert "needs 07_lora" in table.loc["any_missing", "note"]
+    assert table.loc["any_undefined", "note"] == "no measurement is defined; a remark"
+    # a paper-scope claim is never compared here: its own measurement is not shown even when present
+    assert table.loc["paper_with_analogue", ["this run", "status"]].tolist() == ["0.61", "paper profile only"]
+    assert "analogue `m_analogue`" in table.loc["paper_with_analogue", "note"]
+    assert table.loc["paper_without_analogue", ["this run", "status"]].tolist() == ["", "paper profile only"]
+    assert table.loc["paper_analogue_missing", "this run"] == ""
+    assert "needs 06_layer_depth" in table.loc["paper_analogue_missing", "note"]
+
+
+def test_status_on_the_paper_profile(tmp_path):
+    table = _table(tmp_path, "paper")
+    assert table.loc["paper_with_analogue", ["this run", "status"]].tolist() == ["0.9123", "measured"]
+    assert table.loc["paper_range", ["paper value", "this run"]].tolist() == ["[0.1, 0.2]", "[0.12, 0.25]"]
+    assert table.loc["paper_analogue_missing", "status"] == "measured"
+    assert table.loc["any_missing", "status"] == "not measured"
+    assert list(table.columns) == ["claim", "source", "paper value", "this run", "notebook", "status", "note"]
+
+
+def test_a_measurement_given_as_none_is_not_measured(tmp_path):
+    claims = load_claims(_write_claims(tmp_path, [GOOD | {"measure": "m_none"}]))
+    assert claims_table(claims, MEASURED, profile_name="paper")["status"].tolist() == ["not measured"]
+
+
+def test_reversed_pairs_for_tau():
+    assert reversed_pairs_for_tau(0.600, 15) == 21
+    assert reversed_pairs_for_tau(1.0, 4) == 0 and reversed_pairs_for_tau(-1.0, 4) == 6
+    with pytest.raises(ValueError, match="0 counts"):
+        reversed_pairs_for_tau(0.5, 4)  # 4 encoders: tau-b is 1 - r/3, never 0.5
+
+
+# --------------------------------------------------------------------------- measurements
+
+QUALITY = {"general.vit_b16": 0.45, "general.mae": 0.2, "general.resnet50": 0.3, "medical.medgemma": 0.9,
+           "medical.medsiglip": 0.85, "specialist.panderm": 0.7}
+DATASETS = ("isic2019", "aptos2019", "chexpert")
+FRACTIONS = (0.01, 0.1, 1.0)
+PERTURBED = {"gaussian_blur@1": 0.02, "jpeg@3": 0.06}
+
+
+def make_results(seeds=(0, 1, 2)) -> pd.DataFrame:
+    """A tidy results table (one row per run and metric) with structure we can compute by hand."""
+    rng = np.random.default_rng(1)
+    rows = []
+
+    def add(auroc, ece, **keys):
+        base = dict(probe="linear", layer="final", regime="frozen", recalibrator="none") | keys
+        rows.extend([base | {"metric": "auroc", "value": auroc}, base | {"metric": "ece", "value": ece}])
+
+    for encoder, q in QUALITY.items():
+        for d, dataset in enumerate(DATASETS):
+            for seed in seeds:
+                keys = dict(encoder=encoder, family=encoder.split(".")[0], dataset=dataset, seed=seed)
+                full = 0.62 + 0.3 * q + 0.01 * d + rng.normal(0, 0.004)
+                ece = 0.16 - 0.12 * q + 0.01 * d + rng.normal(0, 0.003)
+                for f in FRACTIONS:
+                    add(full - (1 - f) * 0.2 * (1 - q), ece + 0.03 * (1 - f), **keys, label_fraction=f,
+                        condition="clean")
+                for condition, drop in PERTURBED.items():
+                    add(full - drop * (1.4 - q), ece + drop * (2 - q) + rng.normal(0, 0.002), **keys,
+                        label_fraction=1.0, condition=condition)
+                add(full + 0.001, ece * 0.4, **keys, label_fraction=1.0, condition="clean",
+                    recalibrator="temperature")
+                if dataset == "chexpert":
+                    mimic = full - (0.2 if keys["family"] == "general" else 0.07) + rng.normal(0, 0.01)
+                    add(mimic, ece + 0.1, **keys, label_fraction=1.0, condition="mimic_cxr")
+    return pd.DataFrame(rows)[RUN_KEYS + ["metric", "value"]]
+
+
+RESULTS = make_results()
+
+
+def _mean(metric, **keys):
+    """Mean over seeds of one metric on the rows matching ``keys`` (defaults: the primary protocol)."""
+    keys = dict(probe="linear", layer="final", regime="frozen", recalibrator="none") | keys
+    rows = RESULTS[(RESULTS["metric"] == metric) & np.logical_and.reduce([RESULTS[k] == v for k, v in keys.items()])]
+    return rows.groupby([c for c in ("encoder", "dataset") if c not in keys])["value"].mean()
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    manifests = tmp_path_factory.mktemp("manifests")
+    pd.DataFrame({"image_id": list("abcdefg"), "split": "train", "group": list("abcdefg")}).to_csv(
+        manifests / "isic2019_smoke.csv", index=False)
+    values = measure_claims(load_profile("smoke"), RESULTS, manifest_dir=manifests)
+    assert (manifests / "crs_reference_smoke.yaml").is_file()  # the frame was frozen where we asked
+    return values
+
+
+def test_protocol_counts_are_always_measured(measured):
+    assert (measured["paper_grid_runs"], measured["paper_grid_rows"], measured["paper_grid_cells"]) == (17575, 3515, 43)
+    assert measured["paper_panel_pairs"] == 105 and measured["reversed_pairs_for_paper_tau"] == 21
+    assert measured["n_labels:chexpert"] == 14 and measured["n_labels:isic2019"] == 8
+    assert measured["ece_worked_example"] == pytest.approx(0.15)
+    assert (measured["auroc_perfect_ranking"], measured["auroc_constant_score"]) == (1.0, 0.5)
+    assert measured["crs_weight:pareto"] == 0.6 and measured["knn_k"] == 5 and measured["ece_bins"] == 15
+    assert measured["n_images:isic2019"] == 7 and "n_images:chexpert" not in measured  # no manifest, no count
+
+
+def test_rankings_match_hand_computation(measured):
+    auroc = _mean("auroc", condition="clean", label_fraction=1.0).groupby("encoder").mean()
+    for encoder, value in auroc.items():
+        assert measured[f"aggregate_auroc:{encoder}"] == pytest.approx(value)
+    assert measured["aggregate_auroc:rank1"] == pytest.approx(auroc.max())
+    assert measured["rank_auroc:medical.medgemma"] == 1 and measured["rank_auroc:general.mae"] == 6
+    crs = {e: measured[f"aggregate_crs:{e}"] for e in QUALITY}
+    leader = max(crs, key=crs.get)
+    assert measured["rank_crs:" + leader] == 1 and measured["aggregate_crs:rank1"] == crs[leader]
+    assert measured["auroc_crs_n_pairs"] == 15
+    assert 0 <= measured["auroc_crs_reversed_pairs"] <= 15
+
+
+def test_bootstrap_and_insertion_laws(measured):
+    assert measured["p_rank1_sum"] == pytest.approx(1.0) and measured["p_top3_sum"] == pytest.approx(3.0)
+    low, high = measured["crs_diff_ci:rank1-rank2"]
+    assert low <= high
+    assert measured["insertion_movement_max:fixed"] == 0.0
+    assert measured["insertion_movement_max:cohort"] > 0
+    assert measured["insertion_panel_size"] == 3 and measured["insertion_n_trials"] == 30
+
+
+def test_calibration_transfer_and_label_efficiency_match_hand_computation(measured):
+    before = _mean("ece", condition="clean", label_fraction=1.0)
+    after = _mean("ece", condition="clean", label_fraction=1.0, recalibrator="temperature")
+    cell = ("general.vit_b16", "aptos2019")
+    assert measured["ece:general.vit_b16:aptos2019"] == pytest.approx(before[cell])
+    assert measured["ece_recalibrated:general.vit_b16:aptos2019"] == pytest.approx(after[cell])
+    assert measured["recalibration_relative_reduction_range"] == pytest.approx((0.6, 0.6))
+    assert measured["recalibration_mean_auroc_change"] == pytest.approx(0.001)
+    assert measured["recalibration_mean_absolute_drop"] == pytest.approx((before - after).mean())
+
+    mimic = _mean("auroc", dataset="chexpert", condition="mimic_cxr", label_fraction=1.0)
+    general = [e for e in QUALITY if e.startswith("general.")]
+    assert measured["transfer_auroc_mean:general"] == pytest.approx(mimic[general].mean())
+    assert measured["transfer_auroc_mean:medical"] == pytest.approx(mimic.drop(general).mean())
+    assert measured["transfer_welch_p"] < 0.05
+
+    at_1pct = _mean("auroc", condition="clean", label_fraction=0.01)
+    assert measured["auroc_at_1pct:medical.medgemma:aptos2019"] == pytest.approx(at_1pct[("medical.medgemma", "aptos2019")])
+    bar = _mean("auroc", condition="clean", label_fraction=1.0)[("general.vit_b16", "chexpert")]
+    medical = [e for e in QUALITY if not e.startswith("general.")]
+    assert measured["chexpert_1pct_reaching_vit_b16:medical"] == sum(at_1pct[(e, "chexpert")] >= bar for e in medical)
+    assert measured["chexpert_reaching_vit_b16:mae_resnet50"] == 0
+    assert measured["aulc_rho:encoder"] > 0.9
+    assert measured["degradation_n_cells"] == 18 and -1 <= measured["degradation_pearson_r"] <= 1
+    assert measured["ece_mean_rise:largest"] == max(measured[f"ece_mean_rise:{e}:{d}"] for e in QUALITY for d in DATASETS)
+    assert set(measured) >= {"external_validity_rho:crs", "lodo_rho:chexpert", "lodo_champions_recovered"}
+
+
+def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path):
+    four = ["general.mae", "general.resnet50", "medical.medgemma", "specialist.panderm"]
+    no_transfer = RESULTS[(RESULTS["condition"] != "mimic_cxr") & RESULTS["encoder"].isin(four)]
+    values = measure_claims("smoke", no_transfer, manifest_dir=tmp_path)
+    assert not any(k.startswith(("transfer_", "external_validity", "insertion_")) for k in values)
+    assert "chexpert_1pct_reaching_vit_b16:medical" not in values  # no ViT-B/16, no bar
+    assert "aggregate_crs:specialist.panderm" in values and "p_top3_sum" in values
+
+
+def test_the_claims_page_for_synthetic_results(measured):
+    page = claims_table(CLAIMS, measured, profile_name="paper").set_index("id")
+    assert page.loc["n_runs", ["this run", "status"]].tolist() == ["17,575", "measured"]
+    assert page.loc["auroc_medgemma", "status"] == "measured"
+    assert page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:medical.medgemma']:.4g}"
+    assert page.loc["lora_auroc_gain_isic", ["this run", "status"]].tolist() == ["", "not measured"]
+    assert page.loc["dinov2_aptos_ece_before", "status"] == "not measured"  # DINOv2 is not in these results
+    demo_page = claims_table(CLAIMS, measured, profile_name="smoke").set_index("id")
+    assert demo_page.loc["auroc_medgemma", "status"] == "paper profile only"
+    assert demo_page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:rank1']:.4g}"
+    assert demo_page.loc["insertion_fixed_movement", ["this run", "status"]].tolist() == ["0", "measured"]
+
+
+def test_default_claims_path_is_the_checkout_file():
+    assert CLAIMS_PATH.name == "claims.yaml" and CLAIMS_PATH.parent.name == "data_manifests"
