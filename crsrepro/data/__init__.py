@@ -137,3 +137,49 @@ def read_image(path) -> Image.Image:
         raise DataError(f"{path}: image file not found") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise DataError(f"{path}: corrupt or unreadable image ({exc})") from None
+
+
+def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = True) -> pd.DataFrame:
+    """Load ``name`` as a run of ``profile`` needs it: with a ``split`` column, rows sorted by image_id.
+
+    - With ``data.source: demo_world``, the demo world is written first if it is absent or stale
+      (:func:`crsrepro.data.demo_world.generate_demo_world`, into the profile's ``data.root``).
+    - A trainable dataset gets its frozen train / val / test split from the manifest
+      ``<manifest_dir>/<dataset>[_<profile>].csv`` (created on first use; see
+      :func:`crsrepro.data.manifests.load_or_create_manifest`).
+    - MIMIC-CXR (transfer only) keeps its official ``test`` split, with ``split = "transfer"``.
+
+    Parameters
+    ----------
+    profile : crsrepro.profiles.Profile
+    name : str
+        A dataset id.
+    manifest_dir : path, optional
+        Default: ``data_manifests/`` in the current working directory.
+    progress : bool
+        Show progress bars while the demo world is written.
+    """
+    from crsrepro.data.demo_world import generate_demo_world
+    from crsrepro.data.manifests import load_or_create_manifest
+
+    spec = get_spec(name)
+    if profile.data["source"] == "demo_world":
+        world = profile.demo_world
+        generate_demo_world(profile.resolve_path(profile.data["root"], key="data.root"), n_images=world["n_images"],
+                            image_size=world["image_size"], seed=world["seed"], progress=progress)
+    df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data["u_policy"])
+    attrs = dict(df.attrs)
+    if spec.trainable:
+        manifest = load_or_create_manifest(df, dataset=name, profile_name=profile.name,
+                                           manifest_dir=Path(manifest_dir or Path.cwd() / "data_manifests"),
+                                           seed=profile.data["split_seed"])
+        df = df.merge(manifest[["image_id", "split"]], on="image_id", how="left", validate="one_to_one")
+    else:
+        test = df["source_split"] == "test"
+        logger.info("%s: the transfer set is the official test split: %d of %d frontal images", name, int(test.sum()), len(df))
+        if not test.any():
+            raise DataError(f"{profile.dataset_root(name)}: no image in the official test split (the transfer set)")
+        df = df[test].assign(split="transfer")
+    df = df.sort_values("image_id", kind="stable").reset_index(drop=True)
+    df.attrs = attrs
+    return df
