@@ -280,3 +280,13 @@ def test_unknown_ids_and_duplicates_are_errors():
         register(spec, lambda *a, **k: None)
     with pytest.raises(ValueError, match="interpolation"):
         EncoderSpec(**{**spec.__dict__, "interpolation": "nearest"})
+
+
+def test_models_without_a_weight_file_hash_their_parameters_and_buffers():
+    from crsrepro.encoders.registry import state_dict_hash
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))  # has a 0-d buffer
+    first = state_dict_hash(model)
+    with torch.no_grad():
+        model[1].running_mean += 1
+    assert state_dict_hash(model) != first and len(first) == 64

@@ -339,7 +339,7 @@ def state_dict_hash(module: torch.nn.Module) -> str:
     for name, tensor in module.state_dict().items():
         t = tensor.detach().cpu().contiguous()
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}\n".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.hexdigest()
 
 
