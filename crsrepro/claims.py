@@ -191,13 +191,12 @@ def _status(claim, measured: dict, profile_name: str) -> tuple[str, object, str]
     """(status, this run's value or None, note) of one claim; see :func:`claims_table`."""
     note = [claim.note] if claim.note else []
     if claim.scope == "paper" and profile_name != "paper":
-        text = "names the paper's encoders or datasets: compared on the paper profile only"
         value = measured.get(claim.analogue) if claim.analogue else None
         if value is not None:
-            text += f"; this run shows its analogue `{claim.analogue}`, not compared"
+            note.insert(0, f"analogue `{claim.analogue}`: this run's own, not compared")
         elif claim.analogue:
-            text += f"; the analogue `{claim.analogue}` is not measured in this run (needs {claim.notebook})"
-        return "paper profile only", value, "; ".join([text] + note)
+            note.insert(0, f"the analogue `{claim.analogue}` is not measured (needs {claim.notebook})")
+        return "paper profile only", value, "; ".join(note)
     if claim.measure is not None and measured.get(claim.measure) is not None:
         return "measured", measured[claim.measure], "; ".join(note)
     if claim.measure is None:

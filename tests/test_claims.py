@@ -139,7 +139,7 @@ def test_status_on_a_non_paper_profile(tmp_path):
     assert table.loc["any_undefined", "note"] == "no measurement is defined; a remark"
     # a paper-scope claim is never compared here: its own measurement is not shown even when present
     assert table.loc["paper_with_analogue", ["this run", "status"]].tolist() == ["0.61", "paper profile only"]
-    assert "analogue `m_analogue`" in table.loc["paper_with_analogue", "note"]
+    assert table.loc["paper_with_analogue", "note"] == "analogue `m_analogue`: this run's own, not compared"
     assert table.loc["paper_without_analogue", ["this run", "status"]].tolist() == ["", "paper profile only"]
     assert table.loc["paper_analogue_missing", "this run"] == ""
     assert "needs 06_layer_depth" in table.loc["paper_analogue_missing", "note"]
