@@ -245,3 +245,17 @@ def test_read_image_rgb_and_corrupt(tmp_path):
         read_image(tmp_path / "cut.jpg")
     with pytest.raises(DataError, match=r"missing.jpg: image file not found"):
         read_image(tmp_path / "missing.jpg")
+
+
+def test_mimic_missing_image_and_missing_split_row_name_the_metadata_line(tmp_path):
+    images = [("aa-2", 10000032, 50414267, "LATERAL"), ("aa-1", 10000032, 50414267, "PA")]
+    write_mimic(tmp_path, images, {(10000032, 50414267): {}}, {"aa-1": "test", "aa-2": "test"})
+    (tmp_path / "files/p10/p10000032/s50414267/aa-1.jpg").unlink()
+    with pytest.raises(DataError, match=r"metadata.csv.gz: line 3: image file .*aa-1.jpg does not exist"):
+        load_dataset("mimic_cxr", tmp_path)
+    write_mimic(tmp_path, images, {(10000032, 50414267): {}}, {"aa-1": "test", "aa-2": "test"})
+    split_path = tmp_path / "mimic-cxr-2.0.0-split.csv.gz"
+    split = pd.read_csv(split_path)
+    split[split["dicom_id"] != "aa-1"].to_csv(split_path, index=False)
+    with pytest.raises(DataError, match=r"metadata.csv.gz: line 3: dicom_id aa-1 has no row in .*split.csv.gz"):
+        load_dataset("mimic_cxr", tmp_path)

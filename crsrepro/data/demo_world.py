@@ -53,7 +53,7 @@ from crsrepro.data._common import CHEXPERT_LABELS
 
 logger = logging.getLogger(__name__)
 
-DEMO_WORLD_VERSION = 1  # bump when the generator changes what it writes
+DEMO_WORLD_VERSION = 2  # bump when the generator changes what it writes
 MARKER = ".demo_world.json"
 PARTIAL = ".demo_world.partial"
 DATASET_CODES = {"isic2019": 1, "aptos2019": 2, "chexpert": 3, "mimic_cxr": 4}
@@ -165,8 +165,8 @@ _DERM_LOOKALIKE = {0: (1, 4), 1: (0, 4, 5), 2: (3, 6, 7), 3: (2, 7), 4: (0, 1), 
 def _lesion(label: int, rng) -> dict:
     """The properties of one lesion (shared by all its images)."""
     colour_class = rng.choice(_DERM_LOOKALIKE[label]) if rng.random() < 0.2 else label
-    core, second, varieg, irregular, border, texture, radius = _DERM[label]
-    core, second = (np.asarray(_DERM[colour_class][i]) for i in (0, 1))
+    _, _, varieg, irregular, border, texture, radius = _DERM[label]
+    core, second = np.asarray(_DERM[colour_class][0]), np.asarray(_DERM[colour_class][1])
     shade = rng.normal(0, 0.06)
     return dict(
         core=np.clip(core + shade + rng.normal(0, 0.05, 3), 0.05, 0.95),
@@ -297,6 +297,15 @@ def render_fundus(grade: int, rng, size: int) -> np.ndarray:
 # Share of -1 among all rows per label (close to CheXpert's train.csv).
 _UNCERTAIN_RATE = np.array([0, .056, .036, .025, .006, .058, .125, .084, .15, .015, .05, .01, .003, .005])
 
+# Support devices as strokes in body coordinates: start x, start y, angle, bend, length, width.
+_DEVICES = {
+    "endotracheal tube": (0.0, -1.0, np.pi / 2, 0.0, 0.85, 0.010),
+    "nasogastric tube": (-0.05, -1.0, np.pi / 2 + 0.05, 0.3, 1.9, 0.012),
+    "central line": (-0.5, -0.6, 0.9, 0.8, 0.7, 0.010),
+    "pacemaker lead": (0.45, -0.55, 2.2, 1.0, 0.6, 0.008),
+}
+_DEVICE_P = np.array([0.5, 0.4, 0.4, 0.25])
+
 # Acquisition of each hospital: intensity curve, gamma, noise, blur, field scale, collimation, marker corner.
 HOSPITALS = {
     "chexpert": dict(curve="linear", gamma=1.0, noise=0.012, blur=0.0, scale=1.0, collimation=0.0, marker=(-0.8, -0.8), ap=0.7),
@@ -418,14 +427,11 @@ def render_cxr(severity: np.ndarray, rng, size: int, *, hospital: str, anatomy: 
         fx, fy = rng.choice([-1, 1]) * rng.uniform(0.45, 0.6), rng.uniform(-0.4, 0.2)
         a = a + 0.25 * _blobs(size, fx * scale, fy * scale, 0.025 * scale, 1.0) - 0.12 * _blobs(size, (fx + 0.03) * scale, fy * scale, 0.015 * scale, 1.0)
     if s[SUPPORT_DEVICES]:
-        devices = rng.random(4) < [0.5, 0.4, 0.4, 0.25]
-        if not devices.any():
-            devices[rng.integers(4)] = True
-        tubes = _curves(size, *(np.array([[0.0, -0.05, -0.5, 0.45], [-1.0, -1.0, -0.6, -0.55],
-                                          [np.pi / 2, np.pi / 2 + 0.05, 0.9, 2.2], [0.0, 0.3, 0.8, 1.0],
-                                          [0.85, 1.9, 0.7, 0.6], [0.01, 0.012, 0.01, 0.008]])[:, devices] * [[scale], [scale], [1], [1], [scale], [scale]]))
-        a = a + 0.5 * tubes
-        if devices[3]:
+        chosen = rng.random(len(_DEVICES)) < _DEVICE_P
+        chosen[rng.integers(len(_DEVICES))] |= not chosen.any()
+        x0, y0, angle, bend, length, width = np.array(list(_DEVICES.values()))[chosen].T
+        a = a + 0.5 * _curves(size, x0 * scale, y0 * scale, angle, bend / scale, length * scale, width * scale)
+        if chosen[list(_DEVICES).index("pacemaker lead")]:  # the generator box
             a = a + 0.6 * _sigmoid((0.05 - np.maximum(np.abs(X - 0.45) / 1.4, np.abs(Y + 0.55))) / 0.01)
     return _acquire(a, rng, acq, x, y, size)
 

@@ -71,24 +71,23 @@ def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
                describe=lambda i: f"dicom_id {meta['dicom_id'].iloc[i]} has no row in {split_path}")
 
     parsed = parse_chexpert_labels(labels, LABEL_NAMES, path=label_path, u_policy=u_policy)
-    parsed.index = pd.MultiIndex.from_arrays([labels["subject_id"], labels["study_id"]])
-    key = pd.MultiIndex.from_arrays([meta["subject_id"], meta["study_id"]])
-    labelled = key.isin(parsed.index)
+    parsed[["subject_id", "study_id"]] = labels[["subject_id", "study_id"]]
+    meta = meta.assign(row=frontal).merge(parsed, on=["subject_id", "study_id"], how="left", indicator=True)
+    labelled = (meta.pop("_merge") == "both").to_numpy()
     log_filtered(meta_path, int((~labelled).sum()), len(meta), f"frontal images whose study has no row in {label_path.name}")
-    meta, key = meta[labelled], key[labelled]
+    meta = meta[labelled]
     if meta.empty:
         raise DataError(f"{meta_path}: no frontal image with a label row in {label_path}")
 
-    study_labels = parsed.loc[key]
     df = pd.DataFrame({
         "image_id": meta["dicom_id"].to_numpy(),
         "path": [str(image_path(root, s, t, d).absolute())
                  for s, t, d in zip(meta["subject_id"], meta["study_id"], meta["dicom_id"])],
         "group": meta["subject_id"].to_numpy(),
-        **{name: study_labels[name].to_numpy() for name in LABEL_NAMES},  # CheXpert's order
+        **{name: meta[name].to_numpy(dtype=float) for name in LABEL_NAMES},  # CheXpert's order
         "source_split": split_of.loc[meta["dicom_id"]].to_numpy(),
         "study_id": meta["study_id"].to_numpy(),
         "view": meta["ViewPosition"].to_numpy(),
     })
-    check_images_exist(df["path"], csv_path=meta_path, rows=frontal[labelled])
+    check_images_exist(df["path"], csv_path=meta_path, rows=meta["row"])
     return df
