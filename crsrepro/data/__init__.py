@@ -159,14 +159,11 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
     progress : bool
         Show progress bars while the demo world is written.
     """
-    from crsrepro.data.demo_world import generate_demo_world
+    from crsrepro.data.demo_world import ensure_demo_world
     from crsrepro.data.manifests import load_or_create_manifest
 
     spec = get_spec(name)
-    if profile.data["source"] == "demo_world":
-        world = profile.demo_world
-        generate_demo_world(profile.resolve_path(profile.data["root"], key="data.root"), n_images=world["n_images"],
-                            image_size=world["image_size"], seed=world["seed"], progress=progress)
+    ensure_demo_world(profile, progress=progress)
     df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data["u_policy"])
     attrs = dict(df.attrs)
     if spec.trainable:

@@ -644,6 +644,20 @@ def generate_demo_world(root, *, n_images: dict, image_size: int, seed: int, pro
     logger.info("wrote the demo world to %s: %s", root, params["n_images"])
 
 
+def ensure_demo_world(profile, *, progress: bool = True) -> Path | None:
+    """Write a profile's demo world if it is absent or stale; return its root (None for real data).
+
+    This is what ``crsrepro demo-world`` and :func:`crsrepro.data.prepare_dataset` call.
+    """
+    if profile.data["source"] != "demo_world":
+        return None
+    root = profile.resolve_path(profile.data["root"], key="data.root")
+    world = profile.demo_world
+    generate_demo_world(root, n_images=world["n_images"], image_size=world["image_size"], seed=world["seed"],
+                        progress=progress)
+    return root
+
+
 def sample_images(dataset: str, n: int, *, seed: int, image_size: int, hospital: str = "chexpert"):
     """Fresh images from the demo world's generators, for pretraining the demo's domain encoders.
 
