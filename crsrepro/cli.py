@@ -24,17 +24,14 @@ from crsrepro.errors import CrsreproError
 
 
 def _cmd_demo_world(args) -> None:
-    from crsrepro.data.demo_world import generate_demo_world
+    from crsrepro.data.demo_world import ensure_demo_world
     from crsrepro.profiles import load_profile
 
     profile = load_profile(args.profile)
-    if profile.data["source"] != "demo_world":
+    root = ensure_demo_world(profile, progress=not args.quiet)
+    if root is None:
         raise CrsreproError(f"profile {profile.name!r} reads real data (data.source: {profile.data['source']}); "
                             "demo-world needs a profile with data.source: demo_world, such as demo or smoke")
-    root = profile.resolve_path(profile.data["root"], key="data.root")
-    world = profile.demo_world
-    generate_demo_world(root, n_images=world["n_images"], image_size=world["image_size"], seed=world["seed"],
-                        progress=not args.quiet)
     print(f"demo world for profile {profile.name!r} is at {root}")
 
 
