@@ -1,0 +1,187 @@
+"""Speed of the linear-probe backends, measured side by side (issue 5, "Speed"; DESIGN.md section 7).
+
+Three measurements on the same synthetic, real-like features (a low-rank latent signal with a
+decaying spectrum, non-negative and offset like pooled CNN/ViT embeddings, so ill-conditioned):
+
+1. CheXpert scale (190,000 x 768, 14 labels) and ISIC scale (20,000 x 768, 8 classes). The torch
+   backend fits the whole C grid (x labels) as one batched L-BFGS; scikit-learn is timed on one
+   (label, C) fit and extrapolated to the grid, which keeps the script under 10 minutes. Agreement is
+   the largest probability difference between the two backends on that one (label, C) problem, and
+   the torch fit's convergence is listed per C.
+2. The demo profile's probe stage: every (dataset, embedding size) of the demo panel is timed once
+   per seed-cell (all label fractions) with the torch backend, and scikit-learn is timed on one
+   (label, C) fit per cell and extrapolated; both are scaled to the whole grid.
+
+Usage::
+
+    python benchmarks/probes.py                 # full scale (about 8 minutes on a 2-core CPU)
+    python benchmarks/probes.py --scale 0.1     # 10 % of the rows, a quick look
+    python benchmarks/probes.py --device cuda   # the torch backend on a GPU
+    python benchmarks/probes.py --threads 1     # on a machine shared with other jobs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from collections import Counter
+
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+
+from crsrepro.data import get_spec as get_dataset_spec
+from crsrepro.encoders import get_spec as get_encoder_spec
+from crsrepro.probes import C_GRID, LinearProbe, fit_linear_probes
+from crsrepro.profiles import load_profile
+
+PAPER_SCALES = {  # name: (train+val rows, feature dim, task, classes or labels)
+    "chexpert": (190_000, 768, "multilabel", 14),
+    "isic2019": (20_000, 768, "multiclass", 8),
+}
+VAL_SHARE = 0.1  # of the rows, held out to choose C
+SINGLE_C = 1.0  # the (label, C) problem timed with scikit-learn
+
+
+def real_like_features(n, dim, n_out, task, rng, *, rank=48):
+    """Features ``relu(latent @ mixing) + noise + offset`` with a decaying spectrum, and labels."""
+    latent = rng.normal(size=(n, rank))
+    mixing = rng.normal(size=(rank, dim)) * np.logspace(0, -2.5, rank)[:, None]
+    X = np.maximum(latent @ mixing, 0) + 0.02 * rng.normal(size=(n, dim)) + 0.5
+    signal = latent[:, :n_out] + rng.normal(size=(n, n_out))
+    if task == "multiclass":
+        return X, signal.argmax(axis=1)
+    return X, (signal > 1.0).astype(float)  # prevalences around 20 %, as CheXpert's
+
+
+def nested_subsets(y, fractions, task, rng):
+    """Nested random row subsets with at least one example of every class (both classes per label)."""
+    order = rng.permutation(y.shape[0])
+    if task == "multiclass":
+        required = [order[np.argmax(y[order] == k)] for k in np.unique(y)]
+    else:
+        required = [order[np.argmax(y[order, j] == v)] for j in range(y.shape[1]) for v in (0, 1)]
+    subsets = {}
+    for f in sorted(fractions):
+        first = order[: max(1, math.ceil(f * y.shape[0]))]
+        subsets[f] = np.union1d(first, required)
+    return subsets
+
+
+def split(X, y):
+    n_val = int(VAL_SHARE * X.shape[0])
+    return X[n_val:], y[n_val:], X[:n_val], y[:n_val]
+
+
+def single_problem(y, task):
+    """The labels of the one (label, C) problem scikit-learn is timed on: label 0, or the multinomial."""
+    return y[:, :1] if task == "multilabel" else y
+
+
+def paper_scale(name, *, scale, device, max_iter, rng):
+    n, dim, task, n_out = PAPER_SCALES[name]
+    n = int(n * scale)
+    X, y = real_like_features(n, dim, n_out, task, rng)
+    X_train, y_train, X_val, y_val = split(X, y)
+    problems = len(C_GRID) * (n_out if task == "multilabel" else 1)
+    print(f"\n== {name} scale: {X_train.shape[0]:,} train + {X_val.shape[0]:,} val rows x {dim}, "
+          f"{n_out} {'labels' if task == 'multilabel' else 'classes'}; {problems} (label, C) problems")
+
+    grid = LinearProbe(task=task, backend="torch", device=device, max_iter=max_iter).fit(
+        X_train, y_train, X_val=X_val, y_val=y_val)
+    print(f"torch ({device}), whole grid in one batched L-BFGS: {grid.fit_seconds_:8.1f} s "
+          f"({grid.fit_seconds_ / problems:.2f} s per (label, C) problem); chosen C = {grid.C_:g}")
+    for C, ok, iters in zip(C_GRID, grid.converged_by_c_, grid.n_iter_by_c_):
+        print(f"    C = {C:<7g} converged = {bool(ok)!s:5}  iterations (max over labels) = {iters}")
+
+    y_one, y_val_one = single_problem(y_train, task), single_problem(y_val, task)
+    fits = {backend: LinearProbe(task=task, c_grid=(SINGLE_C,), backend=backend, device=device,
+                                 max_iter=max_iter).fit(X_train, y_one, X_val=X_val, y_val=y_val_one)
+            for backend in ("sklearn", "torch")}
+    reference = fits["sklearn"]
+    extrapolated = reference.fit_seconds_ * problems
+    difference = np.abs(fits["torch"].predict_proba(X_val) - reference.predict_proba(X_val)).max()
+    print(f"sklearn lbfgs, one (label, C={SINGLE_C:g}) fit: {reference.fit_seconds_:8.1f} s "
+          f"(converged = {reference.converged_}, {reference.n_iter_} iterations) "
+          f"-> whole grid ~{extrapolated:,.0f} s (extrapolated x {problems})")
+    print(f"torch, the same single fit:                {fits['torch'].fit_seconds_:8.1f} s "
+          f"(converged = {fits['torch'].converged_}, {fits['torch'].n_iter_} iterations)")
+    print(f"speed-up for the grid (sklearn extrapolated / torch measured): x{extrapolated / grid.fit_seconds_:.1f}")
+    print(f"agreement on that problem: max |p_torch - p_sklearn| over val rows = {difference:.2e}")
+
+
+def demo_grid(profile_name, *, device, rng):
+    profile = load_profile(profile_name)
+    probe = profile.probe
+    dims = Counter(get_encoder_spec(e).embed_dim for e in profile.encoders)
+    cells_per_dim = {dim: count * len(profile.seeds) for dim, count in dims.items()}
+    print(f"\n== {profile_name} grid probe stage: {len(profile.encoders)} encoders x {len(profile.datasets)} datasets "
+          f"x {len(profile.seeds)} seeds x {len(profile.label_fractions)} fractions; "
+          f"embedding sizes {dict(sorted(dims.items()))}")
+    totals = {"torch": 0.0, "sklearn": 0.0}
+    n_probes = n_problems = 0
+    for dataset in profile.datasets:
+        spec = get_dataset_spec(dataset)
+        n_out = len(spec.label_names)
+        n_images = profile.demo_world["n_images"][dataset]
+        n_train, n_val = round(0.7 * n_images), round(0.1 * n_images)  # the 70/10/20 split
+        per_probe = len(probe["c_grid"]) * (n_out if spec.task == "multilabel" else 1)
+        for dim, cells in sorted(cells_per_dim.items()):
+            X, y = real_like_features(n_train + n_val, dim, n_out, spec.task, rng)
+            X_train, y_train, X_val, y_val = X[:n_train], y[:n_train], X[n_train:], y[n_train:]
+            subsets = nested_subsets(y_train, profile.label_fractions, spec.task, rng)
+            start = time.perf_counter()
+            probes = fit_linear_probes(X_train, y_train, subsets, X_val, y_val, task=spec.task,
+                                       c_grid=probe["c_grid"], backend="torch", device=device,
+                                       max_iter=probe["max_iter"], time_cap_s=probe["time_cap_s"], progress=False)
+            torch_seconds = time.perf_counter() - start
+            reference = LinearProbe(task=spec.task, c_grid=(SINGLE_C,), backend="sklearn",
+                                    max_iter=probe["max_iter"]).fit(
+                X_train, single_problem(y_train, spec.task), X_val=X_val, y_val=single_problem(y_val, spec.task))
+            sklearn_seconds = reference.fit_seconds_ * per_probe * len(subsets)
+            converged = sum(p.converged_ for p in probes.values())
+            print(f"{dataset:9} dim {dim:5}: torch {torch_seconds / len(subsets):6.2f} s per probe fit "
+                  f"({per_probe} problems; chosen C converged in {converged}/{len(subsets)}), "
+                  f"sklearn ~{sklearn_seconds / len(subsets):6.2f} s per probe fit (extrapolated); x{cells} cells")
+            totals["torch"] += torch_seconds * cells
+            totals["sklearn"] += sklearn_seconds * cells
+            n_probes += len(subsets) * cells
+            n_problems += len(subsets) * cells * per_probe
+    print(f"whole probe stage: {n_probes:,} probe fits = {n_problems:,} (label, C) problems; "
+          f"torch ~{totals['torch'] / 60:.1f} min ({totals['torch'] / n_probes:.2f} s per fit), "
+          f"sklearn ~{totals['sklearn'] / 60:.1f} min ({totals['sklearn'] / n_problems:.3f} s per problem); "
+          f"ratio x{totals['sklearn'] / totals['torch']:.1f}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="share of the paper-scale rows (default 1)")
+    parser.add_argument("--device", default="cpu", help="torch device of the torch backend")
+    parser.add_argument("--max-iter", type=int, default=200, help="L-BFGS budget at paper scale")
+    parser.add_argument("--profile", default="demo", help="profile whose probe stage is estimated")
+    parser.add_argument("--skip-paper-scale", action="store_true")
+    parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch and BLAS (default: the libraries' own); 1 is much faster "
+                             "when other jobs share the cores")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        threadpool_limits(args.threads)
+    rng = np.random.default_rng(0)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}"
+          + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else "")
+          + f"; load average {os.getloadavg()[0]:.1f} (other work on the machine slows both backends)")
+    start = time.perf_counter()
+    if not args.skip_paper_scale:
+        for name in PAPER_SCALES:
+            paper_scale(name, scale=args.scale, device=args.device, max_iter=args.max_iter, rng=rng)
+    if not args.skip_demo:
+        demo_grid(args.profile, device=args.device, rng=rng)
+    print(f"\nbenchmark wall time: {time.perf_counter() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
