@@ -108,10 +108,10 @@ def _split_hash(table: pd.DataFrame) -> str:
     return content_key(ids=table["image_id"].tolist(), splits=table["split"].tolist())
 
 
-def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None) -> _DatasetView:
+def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress: bool) -> _DatasetView:
     from crsrepro.data import label_matrix, prepare_dataset
 
-    table = prepare_dataset(profile, dataset, manifest_dir=manifest_dir)
+    table = prepare_dataset(profile, dataset, manifest_dir=manifest_dir, progress=progress)
     splits = {}
     for split in ("train", "val", "test"):
         part = table[table["split"] == split]
@@ -122,7 +122,7 @@ def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None) -> _Data
     transfer = None
     if dataset in profile.transfer:
         target = profile.transfer[dataset]
-        ttable = prepare_dataset(profile, target, manifest_dir=manifest_dir)
+        ttable = prepare_dataset(profile, target, manifest_dir=manifest_dir, progress=progress)
         if list(ttable.attrs["label_names"]) != list(table.attrs["label_names"]):
             raise CrsreproError(f"{target}: its labels {ttable.attrs['label_names']} are not {dataset}'s "
                                 f"{table.attrs['label_names']}; a probe cannot be transferred")
@@ -279,7 +279,7 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     provenance = {"crsrepro": __version__, "git": git_hash()}
     for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell", disable=not progress):
         if dataset not in views:
-            views[dataset] = _prepare(profile, dataset, manifest_dir)
+            views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
         view = views[dataset]
         encoder = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
                                  device=profile.features["device"])
