@@ -25,7 +25,6 @@ Beyond the paper's frozen linear-probe grid, the same units also write
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,29 +184,45 @@ class _Unit:
                            fractions=self.fractions, conditions=self.conditions, layer="final", regime="frozen",
                            u_policy=self.profile.data["u_policy"])
 
-    def run(self, feats: dict) -> pd.DataFrame:
+    def run(self, feats: dict, memo: dict) -> pd.DataFrame:
+        """Fit and score this unit's probes. ``memo`` holds the cell's scored fits by (probe, fraction,
+        label subset[, seed for the MLP]): a fit that does not depend on the seed (the deterministic
+        linear and k-NN probes on the same subset, such as the full train split) is computed once per
+        cell and its rows are reused for every seed, with identical numbers."""
         from crsrepro.data.manifests import label_subsets
 
-        train, val = self.view.splits["train"], self.view.splits["val"]
-        subsets = label_subsets(train.labels, fractions=self.profile.label_fractions, seed=self.seed,
-                                task=self.view.task)
-        start = time.perf_counter()
-        probes = self._fit(feats, {f: subsets[f] for f in self.fractions})
-        fit_seconds = time.perf_counter() - start
-        rows = []
-        for fraction, probe in probes.items():
-            base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
-                        label_fraction=float(fraction), probe=self.probe, layer="final", regime="frozen",
-                        probe_C=float(getattr(probe, "C_", np.nan)),
-                        converged=bool(getattr(probe, "converged_", True)),
-                        hit_time_cap=bool(getattr(probe, "hit_time_cap_", False)), fit_seconds=fit_seconds)
-            test_probs = {c: probe.predict_proba(feats["test"][c]) for c in self.conditions}
-            for condition, probs in test_probs.items():
-                rows += _rows({**base, "condition": condition, "recalibrator": "none"},
-                              _score(self.view.task, self._labels(condition), probs))
-            if self.probe == LINEAR and fraction == 1.0:
-                rows += self._recalibrated(base, probe.predict_proba(feats["val"]), val.labels, test_probs)
+        subsets = label_subsets(self.view.splits["train"].labels, fractions=self.profile.label_fractions,
+                                seed=self.seed, task=self.view.task)
+        rows, todo = [], {}
+        for fraction in self.fractions:
+            index = np.asarray(subsets[fraction])
+            key = (self.probe, fraction, content_key(index=index.tolist()), self.seed if self.probe == "mlp" else None)
+            if key in memo:
+                rows += [{**row, "seed": self.seed} for row in memo[key]]
+            else:
+                todo[fraction] = (index, key)
+        if todo:
+            probes = self._fit(feats, {fraction: index for fraction, (index, _) in todo.items()})
+            for fraction, probe in probes.items():
+                memo[todo[fraction][1]] = scored = self._scored(fraction, probe, feats)
+                rows += scored
         return pd.DataFrame(rows)
+
+    def _scored(self, fraction: float, probe, feats: dict) -> list[dict]:
+        base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
+                    label_fraction=float(fraction), probe=self.probe, layer="final", regime="frozen",
+                    probe_C=float(getattr(probe, "C_", np.nan)), converged=bool(getattr(probe, "converged_", True)),
+                    hit_time_cap=bool(getattr(probe, "hit_time_cap_", False)),
+                    fit_seconds=float(getattr(probe, "fit_seconds_", np.nan)))
+        test_probs = {c: probe.predict_proba(feats["test"][c]) for c in self.conditions}
+        rows = []
+        for condition, probs in test_probs.items():
+            rows += _rows({**base, "condition": condition, "recalibrator": "none"},
+                          _score(self.view.task, self._labels(condition), probs))
+        if self.probe == LINEAR and fraction == 1.0:
+            rows += self._recalibrated(base, probe.predict_proba(feats["val"]), self.view.splits["val"].labels,
+                                       test_probs)
+        return rows
 
     def _labels(self, condition: str) -> np.ndarray:
         transfer = self.view.transfer
@@ -267,6 +282,7 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     pandas.DataFrame
         The merged tidy table (see :mod:`crsrepro.results`), also written to ``results.parquet``.
     """
+    import torch
     from tqdm.auto import tqdm
 
     from crsrepro.encoders import create_encoder, get_spec
@@ -290,13 +306,18 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
         pending = [(unit, key) for unit, key in zip(units, unit_keys) if not store.has(key)]
         if not pending:
             continue
-        feats = _features(profile, encoder, view, progress)
-        for unit, key in pending:
-            rows = unit.run(feats)
-            rows.attrs = {**provenance, "key": key, "weights": encoder.weights_hash,
-                          "manifest": view.manifest_hash}  # pandas keeps attrs in the parquet metadata
-            store.write(key, rows)
-            log.info("wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, unit.probe, len(rows))
+        feats, memo = _features(profile, encoder, view, progress), {}
+        threads = torch.get_num_threads()
+        torch.set_num_threads(profile.probe["num_threads"])  # small full-batch fits run best on one thread
+        try:
+            for unit, key in pending:
+                rows = unit.run(feats, memo)
+                rows.attrs = {**provenance, "key": key, "weights": encoder.weights_hash,
+                              "manifest": view.manifest_hash}  # pandas keeps attrs in the parquet metadata
+                store.write(key, rows)
+                log.info("wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, unit.probe, len(rows))
+        finally:
+            torch.set_num_threads(threads)
     log.info("crsrepro %s: %d row-sets for profile %s", __version__, len(keys), profile.name)
     return store.merge(keys)
 

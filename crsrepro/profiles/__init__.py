@@ -99,6 +99,7 @@ SCHEMA: dict[str, Any] = {
         "c_grid": _list_of(lambda x: _is_number(x) and x > 0, "positive numbers"),
         "max_iter": _pos_int,
         "time_cap_s": _pos_number,
+        "num_threads": _pos_int,
     },
     "control_probes": {
         "probes": _list_of(lambda x: x in CONTROL_PROBES, f"probes among {', '.join(CONTROL_PROBES)}", nonempty=False),
