@@ -5,6 +5,7 @@ the demo panel's ``demo.DEMO_ENCODERS``, both lists of ``(EncoderSpec, builder)`
 :mod:`crsrepro.encoders.registry` for the :class:`Encoder` contract.
 """
 
+from crsrepro.encoders.demo import DEMO_ENCODERS
 from crsrepro.encoders.paper import PAPER_ENCODERS
 from crsrepro.encoders.registry import (
     Encoder,
@@ -17,7 +18,7 @@ from crsrepro.encoders.registry import (
     weights_hash,
 )
 
-for _spec, _builder in PAPER_ENCODERS:
+for _spec, _builder in PAPER_ENCODERS + DEMO_ENCODERS:
     register(_spec, _builder)
 
 __all__ = ["Encoder", "EncoderSpec", "create_encoder", "get_spec", "list_encoders", "register",
