@@ -12,18 +12,17 @@ from peft import LoraConfig, get_peft_model
 from PIL import Image
 from safetensors.torch import load_file
 
-from crsrepro.encoders import demo
+from crsrepro.encoders import create_encoder, demo, get_spec, list_encoders
 from crsrepro.encoders.registry import NETWORK_TAPS, load_state_dict, weights_hash
 from crsrepro.errors import MissingWeightsError
 from crsrepro.profiles import load_profile
 
 SPECS = {spec.id: spec for spec, _ in demo.DEMO_ENCODERS}
-BUILDERS = {spec.id: builder for spec, builder in demo.DEMO_ENCODERS}
 NETWORKS = sorted(demo.LORA_TARGETS)
 
 
-def build(encoder_id, **kwargs):
-    return BUILDERS[encoder_id](SPECS[encoder_id], weights=kwargs.pop("weights", None), **kwargs)
+def build(encoder_id, weights=None):
+    return create_encoder(encoder_id, weights=weights)  # the registry: the only way in
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +40,8 @@ def test_panel_matches_the_profiles_and_families():
     assert [i for i, f in families.items() if f == "medical"] == ["demo.med_cnn"]
     assert all(s.loader == "demo" and s.input_size <= 128 for s in SPECS.values())
     assert len(NETWORKS) >= 5 and set(NETWORKS) <= set(SPECS)
+    assert [i for i in list_encoders() if i.startswith("demo.")] == list(SPECS)
+    assert all(get_spec(i) is spec for i, spec in SPECS.items())
 
 
 @pytest.mark.parametrize("encoder_id", list(SPECS))
@@ -176,11 +177,19 @@ def _tiny_corpus(n=12, size=96):
             "chexpert": (images.flip(-2), chexpert)}
 
 
-def test_pretraining_is_deterministic_and_trains():
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny batches: threads only add synchronisation on a shared CPU
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_pretraining_is_deterministic_and_trains(one_thread):
     from crsrepro.encoders.demo_pretrain import PretrainSettings, pretrain_cnn
 
-    settings = PretrainSettings(epochs=2, batch_size=5)
-    corpus = _tiny_corpus()
+    settings = PretrainSettings(epochs=2, batch_size=3)
+    corpus = _tiny_corpus(n=6)
     first, loss = pretrain_cnn("med_cnn", corpus, settings, progress=False)
     second, _ = pretrain_cnn("med_cnn", corpus, settings, progress=False)
     assert np.isfinite(loss)
