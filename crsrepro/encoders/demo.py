@@ -370,6 +370,14 @@ def read_weights_record() -> dict:
     return json.loads(WEIGHTS_RECORD.read_text())
 
 
+def _given_file(spec: EncoderSpec, weights) -> Path:
+    path = Path(weights).expanduser()
+    if not path.is_file():
+        raise MissingWeightsError(f"{spec.id}: weights file {path} does not exist (expected a file like "
+                                  f"{spec.weight_files[0]})")
+    return path
+
+
 def committed_weights(spec: EncoderSpec, weights=None) -> Path:
     """The weight file of ``spec``: ``weights`` if given, else the committed file, hash-checked.
 
@@ -379,11 +387,7 @@ def committed_weights(spec: EncoderSpec, weights=None) -> Path:
         The file is missing, or the committed file's SHA-256 differs from ``demo_weights.json``.
     """
     if weights is not None:
-        path = Path(weights).expanduser()
-        if not path.is_file():
-            raise MissingWeightsError(f"{spec.id}: weights file {path} does not exist "
-                                      f"(expected a safetensors file like {spec.weight_files[0]})")
-        return path
+        return _given_file(spec, weights)
     path = WEIGHTS_DIR / spec.weight_files[0]
     expected = read_weights_record()["files"].get(path.name, {}).get("sha256")
     if not path.is_file() or expected is None:
@@ -409,9 +413,7 @@ def effnet_weights_path() -> Path:
 
 def build_effnet_lite0(spec, *, weights=None, device="cpu") -> DemoEncoder:
     """EfficientNet-Lite0 with the packaged ImageNet weights (or the ``.pth`` given as ``weights``)."""
-    path = Path(weights).expanduser() if weights is not None else effnet_weights_path()
-    if not path.is_file():
-        raise MissingWeightsError(f"{spec.id}: weights file {path} does not exist (expected {EFFNET_FILE})")
+    path = _given_file(spec, weights) if weights is not None else effnet_weights_path()
     model = EffNetLite0(load_state_dict(path), spec.input_size)
     return DemoEncoder(spec, model, device=device, weights_path=path, channels_last=True)
 
@@ -424,6 +426,7 @@ def _seeded(build):
 
 
 def _no_weights(spec, weights):
+    """Extractors without weights refuse a ``weights=`` argument rather than ignore it."""
     if weights is not None:
         raise MissingWeightsError(f"{spec.id} is a random-init baseline and takes no weights (got {weights})")
 
@@ -458,11 +461,13 @@ def build_pixel_pca(spec, *, weights=None, device="cpu") -> DemoEncoder:
 
 
 def build_color_histogram(spec, *, weights=None, device="cpu") -> DemoEncoder:
+    """:class:`ColorHistogram` (no weights)."""
     _no_weights(spec, weights)
     return DemoEncoder(spec, ColorHistogram(), device=device)
 
 
 def build_texture(spec, *, weights=None, device="cpu") -> DemoEncoder:
+    """:class:`Texture` (no weights)."""
     _no_weights(spec, weights)
     return DemoEncoder(spec, Texture(), device=device)
 
