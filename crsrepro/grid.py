@@ -292,13 +292,16 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     probes = [LINEAR] + list(profile.control_probes["probes"])
     keys = []
     views: dict[str, _DatasetView] = {}
+    loaded: dict[str, object] = {}  # each encoder is built once, whatever the number of its cells
     provenance = {"crsrepro": __version__, "git": git_hash()}
     for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell", disable=not progress):
         if dataset not in views:
             views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
         view = views[dataset]
-        encoder = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
-                                 device=profile.features["device"])
+        if encoder_id not in loaded:
+            loaded[encoder_id] = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
+                                                device=profile.features["device"])
+        encoder = loaded[encoder_id]
         units = [_Unit(profile, get_spec(encoder_id), view, seed, probe)
                  for seed in profile.seeds for probe in probes]
         unit_keys = [unit.key(encoder.weights_hash) for unit in units]

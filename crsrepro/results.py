@@ -109,13 +109,23 @@ class ResultStore:
         atomic_write_parquet(rows[COLUMNS], self.path(key))
 
     def merge(self, keys: list[str]) -> pd.DataFrame:
-        """Concatenate the row-sets of ``keys`` into ``results.parquet`` and return the table."""
+        """Concatenate the row-sets of ``keys`` into ``results.parquet`` and return the table.
+
+        The merged table records the hash of its keys, so merging the same row-sets again just reads it.
+        """
+        merged = self.root / "results.parquet"
+        keys_hash = content_key(keys=keys)
+        if merged.is_file():
+            table = pd.read_parquet(merged)
+            if table.attrs.get("keys_hash") == keys_hash:
+                return table
         missing = [k for k in keys if not self.has(k)]
         if missing:
             raise CrsreproError(f"{len(missing)} row-sets are missing under {self.runs_dir} "
                                 f"(first: {missing[0]}); run `crsrepro run` to compute them")
         table = pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
-        atomic_write_parquet(table, self.root / "results.parquet")
+        table.attrs = {"keys_hash": keys_hash}
+        atomic_write_parquet(table, merged)
         return table
 
 
