@@ -50,7 +50,7 @@ import pandas as pd
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from crsrepro.encoders.registry import Encoder, EncoderSpec, resize_to_input
 

@@ -283,7 +283,7 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
         The merged tidy table (see :mod:`crsrepro.results`), also written to ``results.parquet``.
     """
     import torch
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     from crsrepro.encoders import create_encoder, get_spec
 

@@ -42,7 +42,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.neighbors import NearestNeighbors
 from sklearn.utils.validation import check_is_fitted
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from crsrepro.metrics import TASKS, per_class_auroc
 

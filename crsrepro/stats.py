@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 from scipy import stats as sps
 from scipy.stats import rankdata
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from crsrepro.crs import (DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, cell_means, cell_profiles,
                           crs_components, crs_scores, is_perturbation, normalise, select_runs)

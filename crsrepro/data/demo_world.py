@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 from scipy.ndimage import gaussian_filter
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from crsrepro.data._common import CHEXPERT_LABELS
 

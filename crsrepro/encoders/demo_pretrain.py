@@ -45,7 +45,7 @@ from safetensors.torch import save_file
 from sklearn.decomposition import PCA
 from torch import nn
 from torch.nn import functional as F
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from crsrepro.data import get_spec as get_dataset_spec
 from crsrepro.data.demo_world import sample_images
