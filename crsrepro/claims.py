@@ -323,7 +323,7 @@ def _protocol_measures() -> dict:
         "paper_grid_cells": len(cells(paper)), "paper_grid_possible_cells": n * len(paper.datasets),
         "paper_panel_encoders": n, "paper_panel_pairs": n * (n - 1) // 2,
         "paper_training_datasets": len(paper.datasets),
-        "paper_datasets": len(set(paper.datasets) | set(paper.transfer.values())),
+        "paper_datasets": len(paper.all_datasets()),
         "paper_transfer_pairs": len(paper.transfer), "paper_seeds": len(paper.seeds),
         "paper_label_fraction_range": (min(below_full), max(below_full)),
         "paper_perturbations": len(paper.perturbations), "paper_severities": len(paper.severities),
@@ -343,7 +343,7 @@ def _image_counts(profile: Profile, manifest_dir) -> dict:
     from crsrepro.data.manifests import manifest_path
 
     out = {}
-    for dataset in list(profile.datasets) + list(profile.transfer.values()):
+    for dataset in profile.all_datasets():
         path = manifest_path(manifest_dir or Path("data_manifests"), dataset, profile.name)
         if path.is_file():
             out[f"n_images:{dataset}"] = len(pd.read_csv(path, dtype=str, keep_default_na=False))

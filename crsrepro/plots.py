@@ -25,7 +25,7 @@ def example_images(profile: Profile, *, per_dataset: int = 6, manifest_dir=None)
     """A few train images of every dataset (and the transfer set), titled with their labels."""
     from crsrepro.data import prepare_dataset, read_image
 
-    datasets = list(profile.datasets) + list(profile.transfer.values())
+    datasets = profile.all_datasets()
     fig = Figure(figsize=(1.9 * per_dataset, 2.1 * len(datasets)))
     axes = fig.subplots(len(datasets), per_dataset, squeeze=False)
     for ax_row, name in zip(axes, datasets):

@@ -17,8 +17,7 @@ def data_inventory(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
     from crsrepro.data import prepare_dataset
 
     rows = []
-    datasets = list(profile.datasets) + [t for t in profile.transfer.values() if t not in profile.datasets]
-    for name in datasets:
+    for name in profile.all_datasets():
         table = prepare_dataset(profile, name, manifest_dir=manifest_dir)
         counts = table["split"].value_counts()
         rows.append({"dataset": name, "task": table.attrs["task"], "classes or labels": len(table.attrs["label_names"]),
@@ -32,8 +31,7 @@ def label_prevalence(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
     from crsrepro.data import label_matrix, prepare_dataset
 
     columns = {}
-    datasets = list(profile.datasets) + list(profile.transfer.values())
-    for name in datasets:
+    for name in profile.all_datasets():
         table = prepare_dataset(profile, name, manifest_dir=manifest_dir)
         y = label_matrix(table)
         names = table.attrs["label_names"]

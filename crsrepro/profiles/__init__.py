@@ -155,6 +155,14 @@ class Profile:
     def feature_cache_path(self) -> Path:
         return self.resolve_path(self.features["cache_dir"], key="features.cache_dir")
 
+    def all_datasets(self) -> list[str]:
+        """The training datasets, then the transfer targets that are not among them.
+
+        >>> load_profile("paper").all_datasets()
+        ['isic2019', 'aptos2019', 'chexpert', 'mimic_cxr']
+        """
+        return list(dict.fromkeys([*self.datasets, *self.transfer.values()]))
+
     def conditions(self) -> list[str]:
         """The test conditions: ``clean`` then ``<perturbation>@<severity>`` (DESIGN.md section 7)."""
         return ["clean"] + [f"{p}@{s}" for p in self.perturbations for s in self.severities]
