@@ -82,7 +82,7 @@ def main(argv=None) -> None:
         pure = pure_forward_rate(encoder, args.n_images * len(args.conditions), args.batch_size)
         sync(encoder.device)
         started = time.perf_counter()
-        extract_features(encoder, images, dataset="benchmark", manifest_hash="benchmark",
+        extract_features(encoder, images, dataset="benchmark", images_key="benchmark",
                          conditions=tuple(args.conditions), cache_dir=Path(tmp) / "cache",
                          canonical_size=size, batch_size=args.batch_size, num_workers=args.num_workers,
                          progress=False)

@@ -137,7 +137,7 @@ def demo_grid(profile_name, *, device, rng):
     for dataset in profile.datasets:
         spec = get_dataset_spec(dataset)
         n_out = len(spec.label_names)
-        n_images = profile.demo_world["n_images"][dataset]
+        n_images = profile.demo_world.n_images[dataset]
         n_train, n_val = round(0.7 * n_images), round(0.1 * n_images)  # the 70/10/20 split
         per_probe = len(probe["c_grid"]) * (n_out if spec.task == "multilabel" else 1)
         for dim, cells in sorted(cells_per_dim.items()):

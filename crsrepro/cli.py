@@ -6,6 +6,7 @@
     crsrepro notebook NAME [--profile demo]   execute one notebook with papermill into book/_generated/
     crsrepro demo-world [--profile demo]      write the synthetic datasets in the real layouts
     crsrepro run [--profile demo]             run the grid (resumes; skips finished runs) -> results.parquet
+    crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
     crsrepro list {profiles,encoders,notebooks}
 
@@ -30,7 +31,7 @@ def _cmd_demo_world(args) -> None:
     profile = load_profile(args.profile)
     root = ensure_demo_world(profile, progress=not args.quiet)
     if root is None:
-        raise CrsreproError(f"profile {profile.name!r} reads real data (data.source: {profile.data['source']}); "
+        raise CrsreproError(f"profile {profile.name!r} reads real data (data.source: {profile.data.source}); "
                             "demo-world needs a profile with data.source: demo_world, such as demo or smoke")
     print(f"demo world for profile {profile.name!r} is at {root}")
 
@@ -42,6 +43,16 @@ def _cmd_run(args) -> None:
     profile = load_profile(args.profile)
     table = run_grid(profile, progress=not args.quiet)
     print(f"{len(table)} result rows in {profile.output_path / 'results.parquet'}")
+
+
+def _cmd_freeze_frame(args) -> None:
+    from crsrepro.analysis import RunAnalysis
+    from crsrepro.grid import frame_path, freeze_frame
+
+    analysis = RunAnalysis.load(args.profile, progress=not args.quiet)
+    freeze_frame(analysis.profile, analysis.results, overwrite=args.overwrite)
+    print(f"froze the reference frame of profile {analysis.profile.name!r} to {frame_path(analysis.profile)} "
+          f"(results {analysis.results_hash[:12]})")
 
 
 def _cmd_notebook(args) -> None:
@@ -58,10 +69,13 @@ def _cmd_notebook(args) -> None:
 
 def _cmd_book(args) -> None:
     from crsrepro.book import build_book
-    from crsrepro.grid import run_grid
+    from crsrepro.grid import frame_for_book, run_grid
     from crsrepro.profiles import load_profile
 
-    run_grid(load_profile(args.profile), progress=not args.quiet)
+    profile = load_profile(args.profile)
+    frozen = frame_for_book(profile, run_grid(profile, progress=not args.quiet))
+    if frozen:
+        print(f"froze the {profile.name} reference frame to {frozen}")
     index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
                        progress=not args.quiet)
     print(f"The book is built: {index}")
@@ -106,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add("demo-world", _cmd_demo_world, "write the demo world's four datasets in their real layouts")
     add("run", _cmd_run, "run the grid for a profile (resumes) and merge results.parquet")
+    p = add("freeze-frame", _cmd_freeze_frame, "freeze the profile's CRS reference frame from a complete run "
+            "(refuses an incomplete one)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing frozen frame")
     p = add("notebook", _cmd_notebook, "execute one notebook with papermill", book_root=True)
     p.add_argument("name", help="notebook name, e.g. 01_discrimination")
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),

@@ -11,9 +11,10 @@ The cache
 ---------
 An entry is ``<cache_dir>/<key[:2]>/<key>.npy`` plus ``<key>.meta.json``. The key is a SHA-256 over
 everything that changes the bytes (:func:`feature_cache_inputs`): encoder id, weights hash, the spec's
-preprocessing and pooling, dataset, manifest hash, the hash of the image ids in order, canonical size,
-condition, layer and :data:`CACHE_VERSION` (bumped when this stage's semantics change; never the
-package version). The sidecar records those inputs with the versions of torch/timm/transformers/
+preprocessing and pooling, dataset, what the images are (the images key: the demo world's
+generator parameters or a real release's file sizes and mtimes, :mod:`crsrepro.data.content`), the
+hash of the image ids in order, canonical size, condition, layer and :data:`CACHE_VERSION` (bumped when
+this stage's semantics change; never the package version). The sidecar records those inputs with the versions of torch/timm/transformers/
 open_clip/crsrepro, the git hash, the shape and the time. Every file is written to a temporary name in
 the same folder and renamed (``os.replace``); the ``.meta.json`` is written last and marks the entry
 complete, so a half-written entry is never read.
@@ -37,10 +38,7 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import shutil
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Sequence
@@ -53,10 +51,11 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from crsrepro.encoders.registry import Encoder, EncoderSpec, resize_to_input
+from crsrepro.io import atomic_write, content_key, git_hash
 
 logger = logging.getLogger(__name__)
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: keyed by the images' content, not the split manifest
 DEFAULT_CHUNK_SIZE = 4096
 
 
@@ -73,43 +72,50 @@ def image_ids_hash(image_ids: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(map(str, image_ids)).encode()).hexdigest()
 
 
-def feature_cache_inputs(encoder: Encoder, *, dataset: str, manifest_hash: str, ids_hash: str,
+def feature_cache_inputs(encoder: Encoder, *, dataset: str, images_key: str, ids_hash: str,
                          canonical_size: int | None, condition: str, layer: str) -> dict:
-    """Everything that decides the bytes of one feature array; its JSON is what the key hashes."""
+    """Everything that decides the bytes of one feature array; its JSON is what the key hashes.
+
+    ``images_key`` says what the images are (:func:`crsrepro.data.content.dataset_content_key`: the
+    demo world's generator parameters, or a real release's file sizes and mtimes), ``ids_hash`` which
+    of them, in which order.
+    """
     spec = encoder.spec
     return {"encoder": spec.id, "weights_hash": encoder.weights_hash, "preprocessing": spec.preprocessing,
             "pooling": spec.pooling_at(layer), "feature_layer": spec.feature_layer, "dataset": dataset,
-            "manifest_hash": manifest_hash, "image_ids_hash": ids_hash, "canonical_size": canonical_size,
+            "images_key": images_key, "image_ids_hash": ids_hash, "canonical_size": canonical_size,
             "condition": condition, "layer": layer, "cache_version": CACHE_VERSION}
 
 
+def _cache_inputs(encoder: Encoder, ids: list[str], *, dataset, images_key, conditions, layers,
+                  canonical_size) -> dict:
+    ids_hash = image_ids_hash(ids)
+    return {(c, layer): feature_cache_inputs(encoder, dataset=dataset, images_key=images_key, ids_hash=ids_hash,
+                                             canonical_size=canonical_size, condition=c, layer=layer)
+            for c in conditions for layer in layers}
+
+
+def feature_keys(encoder: Encoder, images: pd.DataFrame, *, dataset: str, images_key: str,
+                 conditions: Sequence[str], layers: Sequence[str], canonical_size: int | None) -> dict:
+    """The cache keys :func:`extract_features` reads and writes, ``{(condition, layer): key}``, computed
+    without extracting anything (the run grid derives its row-set keys from them)."""
+    ids = images["image_id"].astype(str).tolist()
+    inputs = _cache_inputs(encoder, ids, dataset=dataset, images_key=images_key, conditions=conditions,
+                           layers=layers, canonical_size=canonical_size)
+    return {pair: cache_key(value) for pair, value in inputs.items()}
+
+
 def cache_key(inputs: dict) -> str:
-    """SHA-256 of the canonical JSON of ``inputs``.
+    """The cache key of one feature array: :func:`crsrepro.io.content_key` of its inputs.
 
     >>> cache_key({"a": 1, "b": 2}) == cache_key({"b": 2, "a": 1})
     True
     """
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
-
-
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(file)`` on a temporary file in ``path``'s folder, then rename it to ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    return content_key(**inputs)
 
 
 def _save_array(path: Path, array: np.ndarray) -> None:
-    _atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
+    atomic_write(path, lambda f: np.save(f, array, allow_pickle=False))
 
 
 def _entry_paths(cache_dir: Path, key: str) -> tuple[Path, Path]:
@@ -129,15 +135,6 @@ def _read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
     return array
 
 
-def _git_hash() -> str | None:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
 def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -152,9 +149,9 @@ def _write_entry(cache_dir: Path, key: str, inputs: dict, array: np.ndarray, *, 
     array_path, meta_path = _entry_paths(cache_dir, key)
     _save_array(array_path, array)
     meta = {"key": key, "inputs": inputs, "shape": list(array.shape), "dtype": str(array.dtype),
-            "versions": _versions(), "git_hash": _git_hash(),
+            "versions": _versions(), "git_hash": git_hash(),
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
-    _atomic_write(meta_path, lambda f: f.write(json.dumps(meta, indent=1, sort_keys=True).encode()))
+    atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -162,12 +159,16 @@ def _write_entry(cache_dir: Path, key: str, inputs: dict, array: np.ndarray, *, 
 # --------------------------------------------------------------------------------------------------
 
 def to_canonical_size(image: Image.Image, canonical_size: int | None) -> Image.Image:
-    """Resize so the short side is ``canonical_size`` (bicubic, [ours]); ``None`` keeps the stored size.
+    """Shrink so the short side is at most ``canonical_size`` (bicubic, [ours]); a smaller image, or
+    ``None``, keeps the stored size (DESIGN.md section 6: the stored size capped at the panel's largest
+    input size).
 
     >>> to_canonical_size(Image.new("RGB", (40, 20)), 10).size
     (20, 10)
+    >>> to_canonical_size(Image.new("RGB", (40, 20)), 30).size
+    (40, 20)
     """
-    if canonical_size is None or min(image.size) == canonical_size:
+    if canonical_size is None or min(image.size) <= canonical_size:
         return image
     w, h = image.size
     scale = canonical_size / min(w, h)
@@ -215,7 +216,7 @@ def forward_batch(encoder: Encoder, batch: torch.Tensor, layers: tuple[str, ...]
 # The extractor
 # --------------------------------------------------------------------------------------------------
 
-def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, manifest_hash: str,
+def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, images_key: str,
                      conditions: Sequence[str] = ("clean",), layers: Sequence[str] = ("final",),
                      cache_dir, canonical_size: int | None = None, batch_size: int = 64,
                      num_workers: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -228,8 +229,9 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, ma
         From :func:`crsrepro.encoders.create_encoder`.
     images : DataFrame
         Columns ``image_id`` and ``path``; the rows of every returned array follow its order.
-    dataset, manifest_hash : str
-        Name the image set in the cache key (the manifest hash freezes the split).
+    dataset, images_key : str
+        Name the image set in the cache key: the dataset id and what its images are
+        (:func:`crsrepro.data.content.dataset_content_key`).
     conditions : sequence of str
         ``clean`` and/or ``<perturbation>@<severity>`` (DESIGN.md section 6).
     layers : sequence of str
@@ -237,7 +239,8 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, ma
     cache_dir : path
         Root of the content-addressed cache.
     canonical_size : int or None
-        Short side at which images are degraded; None keeps the stored size.
+        The cap on the short side at which images are degraded (larger images are shrunk to it once);
+        None keeps the stored size.
     batch_size, num_workers : int
         Forward batch size and DataLoader workers (decode, perturb and resize run in the workers).
     chunk_size : int
@@ -263,11 +266,8 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, ma
         raise ValueError("batch_size and chunk_size must be positive and num_workers non-negative")
     cache_dir = Path(cache_dir)
     ids = images["image_id"].astype(str).tolist()
-    ids_hash = image_ids_hash(ids)
-    inputs = {(c, layer): feature_cache_inputs(encoder, dataset=dataset, manifest_hash=manifest_hash,
-                                               ids_hash=ids_hash, canonical_size=canonical_size,
-                                               condition=c, layer=layer)
-              for c in conditions for layer in layers}
+    inputs = _cache_inputs(encoder, ids, dataset=dataset, images_key=images_key, conditions=conditions,
+                           layers=layers, canonical_size=canonical_size)
     keys = {pair: cache_key(value) for pair, value in inputs.items()}
     out = {pair: _read_entry(cache_dir, key, len(ids)) for pair, key in keys.items()}
     todo = [c for c in conditions if any(out[(c, layer)] is None for layer in layers)]
@@ -293,7 +293,7 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, ma
                 bar.update(len(rows))
             else:
                 chunk = _extract_chunk(encoder, dataset_, rows, todo, layers, batch_size, num_workers, bar)
-                _atomic_write(chunk_path, lambda f: np.savez(f, **chunk))
+                atomic_write(chunk_path, lambda f: np.savez(f, **chunk))
             chunks.append(chunk)
     elapsed = time.time() - started
     for c in todo:

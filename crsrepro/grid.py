@@ -1,25 +1,33 @@
 """The run grid: what is fitted and scored, and in which order (DESIGN.md section 7).
 
 One *run* is (encoder, dataset, seed, label fraction, test condition). The conditions are ``clean``,
-the perturbations ``<name>@<severity>``, and, for a dataset with a transfer target (CheXpert), the
+the perturbations ``<name>@<severity>``, and, for a dataset with transfer targets (CheXpert), each
 transfer set (``mimic_cxr``) scored without retraining. :func:`enumerate_runs` lists them; for the
 ``paper`` profile that is the paper's 17,575 runs = 3,515 seed-aggregated rows x 5 seeds over 43
 encoder-dataset cells.
 
-:func:`run_grid` executes them on one machine. A probe is fitted once per (cell, seed, fraction) and
-scored under every condition; the linear probes of all fractions of one (cell, seed) are fitted in
-one batched call. The unit of work, and of resume, is (cell, seed, probe): it writes one row-set to
-the :class:`~crsrepro.results.ResultStore`, keyed by the content hash of everything that changes its
-numbers, and is skipped when that row-set exists. Features come from the content-addressed cache of
-:mod:`crsrepro.features`, so a crashed run resumes without recomputing anything it finished.
+:func:`run_grid` executes them on one machine. The unit of work, and of resume, is (cell, seed,
+probe): it fits that seed's probes on that seed's own train split (DESIGN.md section 3: every seed
+draws its own grouped train / val partition of the non-test pool; the test split is fixed) and writes
+one row-set to the :class:`~crsrepro.results.ResultStore`. A unit's key is *derived from its inputs*
+(:meth:`_Unit.key`): the keys of the feature arrays it reads (which name the encoder, its weights, its
+preprocessing, the images' content, the canonical size and the condition), the content of the seed's
+split and label subsets, the labels, the probe's parameters and the row-set version. Nothing else
+enters it, so a changed input can never be served a stale row-set, and a setting that changes no
+number (``probe.num_threads``) throws nothing away. A unit whose row-set exists is skipped.
 
-Beyond the paper's frozen linear-probe grid, the same units also write
+Beyond the paper's linear-probe grid, the same units also write
 
 - the control probes (``mlp``, ``knn``) at ``control_probes.label_fractions`` and
-  ``control_probes.conditions`` (DESIGN.md section 7), and
-- the four recalibrators (DESIGN.md section 8), fitted on the val split (the calibration subset) of the
-  full-label linear probe and scored under every condition, in rows whose ``recalibrator`` is not
-  ``none``.
+  ``control_probes.conditions`` (default: every fraction and condition, DESIGN.md section 7);
+- the four recalibrators (DESIGN.md section 8), fitted on the seed's val split (the calibration
+  subset) of the full-label linear probe and scored under every condition, in rows whose
+  ``recalibrator`` is not ``none``;
+- the per-case test probabilities of the full-label linear probe (clean, each recalibrator, each
+  transfer set), for the two-level bootstrap and the reliability diagrams.
+
+The reference frame is never written here: :func:`freeze_frame` is an explicit act
+(``crsrepro freeze-frame``), and :func:`reference_frame` only reads.
 """
 
 from __future__ import annotations
@@ -33,13 +41,13 @@ import pandas as pd
 
 from crsrepro import __version__
 from crsrepro.errors import CrsreproError
+from crsrepro.io import content_key, git_hash, manifest_dir as default_manifest_dir
 from crsrepro.profiles import Profile, load_profile
-from crsrepro.results import CACHE_VERSION, ResultStore, content_key, git_hash, runs_table
+from crsrepro.results import CACHE_VERSION, ResultStore, keys_hash, runs_table
+from crsrepro.vocab import CLEAN, LINEAR, NO_RECALIBRATION, RECALIBRATORS
 
 log = logging.getLogger(__name__)
 
-LINEAR = "linear"
-RECALIBRATORS = ("temperature", "vector", "isotonic", "dirichlet")
 RUN_COLUMNS = ["encoder", "dataset", "seed", "label_fraction", "condition"]
 
 
@@ -62,9 +70,8 @@ def cells(profile: Profile | str, encoders: list[str] | None = None) -> list[tup
 
 
 def conditions_for(profile: Profile, dataset: str) -> list[str]:
-    """The conditions a probe trained on ``dataset`` is scored under (clean, perturbations, transfer)."""
-    transfer = profile.transfer.get(dataset)
-    return profile.conditions() + ([transfer] if transfer else [])
+    """The conditions a probe trained on ``dataset`` is scored under (clean, perturbations, transfers)."""
+    return profile.conditions() + list(profile.transfer_targets(dataset))
 
 
 def enumerate_runs(profile: Profile | str) -> pd.DataFrame:
@@ -83,74 +90,151 @@ def enumerate_runs(profile: Profile | str) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
+def canonical_size(profile: Profile) -> int:
+    """The cap on the short side at which test images are degraded (DESIGN.md section 6, [ours]):
+    ``canonical_size`` if the profile sets it, else the largest input size in the profile's panel, so
+    that no encoder of the panel is handed fewer pixels than it takes."""
+    from crsrepro.encoders import get_spec
+
+    return profile.canonical_size or max(get_spec(e).input_size for e in profile.encoders)
+
+
+# --------------------------------------------------------------------------- prepared datasets
+
 @dataclass
 class _Split:
-    """The images and labels of one split of a dataset."""
+    """The images (``image_id``, ``path``) and label matrix of one image set."""
 
     images: pd.DataFrame
     labels: np.ndarray
 
+    def take(self, rows: np.ndarray) -> "_Split":
+        return _Split(self.images.iloc[rows].reset_index(drop=True), self.labels[rows])
+
+
+@dataclass
+class _Transfer:
+    """A transfer set: its images and the source probe's columns that its labels are scored on."""
+
+    name: str
+    images_key: str
+    split: _Split
+    columns: np.ndarray  # indices into the source dataset's labels, one per transfer label column
+
 
 @dataclass
 class _DatasetView:
-    """A prepared dataset: its splits, task and manifest hash, plus its transfer set if any."""
+    """A prepared dataset: the non-test pool, the fixed test split, each seed's train / val rows into
+    the pool, and its transfer sets."""
 
     name: str
     task: str
     label_names: list[str]
-    manifest_hash: str
-    splits: dict[str, _Split]
-    transfer: tuple[str, str, _Split] | None  # (dataset id, manifest hash, split)
+    images_key: str
+    pool: _Split
+    test: _Split
+    seed_rows: dict[int, tuple[np.ndarray, np.ndarray]]  # seed -> (train rows, val rows) into the pool
+    seed_hash: dict[int, str]
+    transfers: list[_Transfer]
 
 
-def _split_hash(table: pd.DataFrame) -> str:
-    return content_key(ids=table["image_id"].tolist(), splits=table["split"].tolist())
+def _images_and_labels(table: pd.DataFrame) -> _Split:
+    from crsrepro.data import label_matrix
+
+    return _Split(table[["image_id", "path"]].reset_index(drop=True), label_matrix(table))
+
+
+def _transfer_columns(source: list[str], target: list[str], target_name: str, dataset: str) -> np.ndarray:
+    """Where each of the transfer set's labels sits among the source dataset's labels."""
+    missing = [name for name in target if name not in source]
+    if missing:
+        raise CrsreproError(f"{target_name}: its labels {missing} are not among {dataset}'s {source}; "
+                            f"a probe cannot be transferred")
+    return np.array([source.index(name) for name in target])
 
 
 def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress: bool) -> _DatasetView:
-    from crsrepro.data import label_matrix, prepare_dataset
+    from crsrepro.data import prepare_dataset
+    from crsrepro.data.content import dataset_content_key
+    from crsrepro.data.manifests import seed_column, seed_split_hash
 
     table = prepare_dataset(profile, dataset, manifest_dir=manifest_dir, progress=progress)
-    splits = {}
-    for split in ("train", "val", "test"):
-        part = table[table["split"] == split]
+    attrs = table.attrs
+    pool_table = table[table["split"] == "pool"].reset_index(drop=True)
+    test_table = table[table["split"] == "test"].reset_index(drop=True)
+    for name, part in (("test", test_table), ("train/val pool", pool_table)):
         if part.empty:
-            raise CrsreproError(f"{dataset}: the {split} split is empty (profile {profile.name!r})")
-        part.attrs = table.attrs
-        splits[split] = _Split(part.reset_index(drop=True), label_matrix(part))
-    transfer = None
-    if dataset in profile.transfer:
-        target = profile.transfer[dataset]
+            raise CrsreproError(f"{dataset}: the {name} split is empty (profile {profile.name!r})")
+    pool_table.attrs = test_table.attrs = attrs
+    seed_rows, seed_hash = {}, {}
+    for seed in profile.seeds:
+        column = pool_table[seed_column(seed)].to_numpy()
+        seed_rows[seed] = (np.flatnonzero(column == "train"), np.flatnonzero(column == "val"))
+        if not all(len(rows) for rows in seed_rows[seed]):
+            raise CrsreproError(f"{dataset}: seed {seed}'s train or val split is empty (profile {profile.name!r})")
+        seed_hash[seed] = seed_split_hash(table, seed)
+    transfers = []
+    for target in profile.transfer_targets(dataset):
         ttable = prepare_dataset(profile, target, manifest_dir=manifest_dir, progress=progress)
-        if list(ttable.attrs["label_names"]) != list(table.attrs["label_names"]):
-            raise CrsreproError(f"{target}: its labels {ttable.attrs['label_names']} are not {dataset}'s "
-                                f"{table.attrs['label_names']}; a probe cannot be transferred")
-        transfer = (target, _split_hash(ttable), _Split(ttable.reset_index(drop=True), label_matrix(ttable)))
-    return _DatasetView(dataset, table.attrs["task"], list(table.attrs["label_names"]), _split_hash(table),
-                        splits, transfer)
+        columns = _transfer_columns(list(attrs["label_names"]), list(ttable.attrs["label_names"]), target, dataset)
+        transfers.append(_Transfer(target, dataset_content_key(profile, target, ttable),
+                                   _images_and_labels(ttable), columns))
+    return _DatasetView(dataset, attrs["task"], list(attrs["label_names"]),
+                        dataset_content_key(profile, dataset, table), _images_and_labels(pool_table),
+                        _images_and_labels(test_table), seed_rows, seed_hash, transfers)
 
 
-def _features(profile: Profile, encoder, view: _DatasetView, progress: bool) -> dict:
-    """Clean train/val features, test features under every condition, and clean transfer features."""
+# --------------------------------------------------------------------------- features
+
+@dataclass
+class _FeatureRequest:
+    """One call to :func:`crsrepro.features.extract_features`: which images, under which conditions."""
+
+    dataset: str
+    images_key: str
+    images: pd.DataFrame
+    conditions: tuple
+    canonical_size: int | None
+
+
+def _feature_requests(profile: Profile, view: _DatasetView) -> dict[str, _FeatureRequest]:
+    """The pool (clean, at its stored size), the test split (every condition, at the canonical size)
+    and each transfer set (clean, at the canonical size) [ours: DESIGN.md section 6]."""
+    size = canonical_size(profile)
+    requests = {"pool": _FeatureRequest(view.name, view.images_key, view.pool.images, (CLEAN,), None),
+                "test": _FeatureRequest(view.name, view.images_key, view.test.images, tuple(profile.conditions()), size)}
+    for transfer in view.transfers:
+        requests[transfer.name] = _FeatureRequest(transfer.name, transfer.images_key, transfer.split.images,
+                                                  (CLEAN,), size)
+    return requests
+
+
+def _feature_keys(encoder, requests: dict[str, _FeatureRequest]) -> dict[str, dict[str, str]]:
+    from crsrepro.features import feature_keys
+
+    return {name: {c: key for (c, _), key in feature_keys(encoder, r.images, dataset=r.dataset,
+                                                          images_key=r.images_key, conditions=r.conditions,
+                                                          layers=("final",),
+                                                          canonical_size=r.canonical_size).items()}
+            for name, r in requests.items()}
+
+
+def _features(profile: Profile, encoder, requests: dict[str, _FeatureRequest], progress: bool) -> dict:
+    """``{"pool": array, "test": {condition: array}, <transfer>: array}`` of final-layer features."""
     from crsrepro.features import extract_features
 
-    options = dict(layers=("final",), cache_dir=profile.feature_cache_path, batch_size=profile.features["batch_size"],
-                   num_workers=profile.features["num_workers"], progress=progress)
+    out = {}
+    for name, r in requests.items():
+        arrays = extract_features(encoder, r.images, dataset=r.dataset, images_key=r.images_key,
+                                  conditions=r.conditions, layers=("final",), cache_dir=profile.feature_cache_path,
+                                  canonical_size=r.canonical_size, batch_size=profile.features.batch_size,
+                                  num_workers=profile.features.num_workers, progress=progress)
+        by_condition = {c: arrays[(c, "final")] for c in r.conditions}
+        out[name] = by_condition if name == "test" else by_condition[CLEAN]
+    return out
 
-    def extract(dataset, manifest_hash, images, conditions):
-        out = extract_features(encoder, images, dataset=dataset, manifest_hash=manifest_hash,
-                               conditions=tuple(conditions), canonical_size=profile.canonical_size_for(dataset),
-                               **options)
-        return {condition: out[(condition, "final")] for condition in conditions}
 
-    feats = {split: extract(view.name, view.manifest_hash, view.splits[split].images, ["clean"])["clean"]
-             for split in ("train", "val")}
-    feats["test"] = extract(view.name, view.manifest_hash, view.splits["test"].images, profile.conditions())
-    if view.transfer:
-        target, target_hash, split = view.transfer
-        feats["test"][target] = extract(target, target_hash, split.images, ["clean"])["clean"]
-    return feats
-
+# --------------------------------------------------------------------------- one unit of work
 
 def _score(task: str, y: np.ndarray, probs: np.ndarray) -> dict[str, float]:
     from crsrepro.metrics import classwise_ece, expected_calibration_error, macro_auroc
@@ -165,99 +249,157 @@ def _rows(base: dict, metrics: dict[str, float]) -> list[dict]:
     return [{**base, "metric": name, "value": float(value)} for name, value in metrics.items()]
 
 
+def _labels_key(labels: np.ndarray) -> str:
+    return content_key(shape=list(labels.shape), values=np.nan_to_num(labels, nan=-1).astype(np.int8).tobytes().hex())
+
+
 class _Unit:
     """One unit of work: a (cell, seed, probe); fits its probes and returns its row-set."""
 
     def __init__(self, profile: Profile, spec, view: _DatasetView, seed: int, probe: str):
-        self.profile, self.spec, self.view, self.seed, self.probe = profile, spec, view, seed, probe
-        control = profile.control_probes
-        self.fractions = profile.label_fractions if probe == LINEAR else control["label_fractions"]
-        self.conditions = (conditions_for(profile, view.name) if probe == LINEAR
-                           else [c for c in conditions_for(profile, view.name) if c in control["conditions"]])
-
-    def key(self, weights_hash: str) -> str:
-        return content_key(stage="run", version=CACHE_VERSION, encoder=self.spec.id, weights=weights_hash,
-                           preprocessing=self.spec.preprocessing, dataset=self.view.name,
-                           manifest=self.view.manifest_hash,
-                           transfer_manifest=self.view.transfer[1] if self.view.transfer else None,
-                           seed=self.seed, probe=self.probe, probe_options=self.profile.probe,
-                           fractions=self.fractions, conditions=self.conditions, layer="final", regime="frozen",
-                           u_policy=self.profile.data["u_policy"])
-
-    def run(self, feats: dict, memo: dict) -> pd.DataFrame:
-        """Fit and score this unit's probes. ``memo`` holds the cell's scored fits by (probe, fraction,
-        label subset[, seed for the MLP]): a fit that does not depend on the seed (the deterministic
-        linear and k-NN probes on the same subset, such as the full train split) is computed once per
-        cell and its rows are reused for every seed, with identical numbers."""
         from crsrepro.data.manifests import label_subsets
 
-        subsets = label_subsets(self.view.splits["train"].labels, fractions=self.profile.label_fractions,
-                                seed=self.seed, task=self.view.task)
-        rows, todo = [], {}
-        for fraction in self.fractions:
-            index = np.asarray(subsets[fraction])
-            key = (self.probe, fraction, content_key(index=index.tolist()), self.seed if self.probe == "mlp" else None)
-            if key in memo:
-                rows += [{**row, "seed": self.seed} for row in memo[key]]
-            else:
-                todo[fraction] = (index, key)
-        if todo:
-            probes = self._fit(feats, {fraction: index for fraction, (index, _) in todo.items()})
-            for fraction, probe in probes.items():
-                memo[todo[fraction][1]] = scored = self._scored(fraction, probe, feats)
-                rows += scored
-        return pd.DataFrame(rows)
+        self.profile, self.spec, self.view, self.seed, self.probe = profile, spec, view, seed, probe
+        control = profile.control_probes
+        every = conditions_for(profile, view.name)
+        if probe == LINEAR:
+            self.fractions, self.conditions = list(profile.label_fractions), every
+        else:
+            self.fractions = list(control.label_fractions or profile.label_fractions)
+            self.conditions = [c for c in every if control.conditions is None or c in control.conditions]
+        train_rows, val_rows = view.seed_rows[seed]
+        self.train, self.val = view.pool.take(train_rows), view.pool.take(val_rows)
+        self.train_rows, self.val_rows = train_rows, val_rows
+        fractions = profile.label_fractions
+        self.subsets = label_subsets(self.train.labels, fractions=fractions, seed=seed, task=view.task)
+        self.val_subsets = (label_subsets(self.val.labels, fractions=fractions, seed=seed, task=view.task)
+                            if profile.probe.c_selection == "nested_val" else None)
 
-    def _scored(self, fraction: float, probe, feats: dict) -> list[dict]:
+    def probe_params(self) -> dict:
+        """The parameters of this unit's probe (scikit-learn's ``get_params``) and of its recalibrators."""
+        from crsrepro.probes import KNNProbe, LinearProbe, MLPProbe
+
+        options, task = self.profile.probe, self.view.task
+        if self.probe == LINEAR:
+            params = LinearProbe(task=task, c_grid=list(options.c_grid), backend=options.backend,
+                                 device=options.device, max_iter=options.max_iter,
+                                 time_cap_s=options.time_cap_s).get_params()
+            return {**params, "c_selection": options.c_selection, "recalibrators": list(RECALIBRATORS)}
+        if self.probe == "mlp":  # the same device and compute-time cap as the linear probe
+            return MLPProbe(task=task, device=options.device, time_cap_s=options.time_cap_s,
+                            random_state=self.seed).get_params()
+        return KNNProbe(task=task).get_params()
+
+    def key(self, feature_keys: dict[str, dict[str, str]]) -> str:
+        """The row-set's key: a function of every input that decides its numbers, and of nothing else."""
+        def rows(subsets):
+            return None if subsets is None else {str(f): content_key(ids=idx.tolist()) for f, idx in subsets.items()}
+
+        transfers = {t.name: {"features": feature_keys[t.name][CLEAN], "labels": _labels_key(t.split.labels),
+                              "columns": t.columns.tolist()}
+                     for t in self.view.transfers if t.name in self.conditions}
+        return content_key(stage="rowset", version=CACHE_VERSION, encoder=self.spec.id, family=self.spec.family,
+                           pool_features=feature_keys["pool"][CLEAN],
+                           test_features={c: feature_keys["test"][c] for c in self.conditions if c in feature_keys["test"]},
+                           transfers=transfers, seed=self.seed, seed_split=self.view.seed_hash[self.seed],
+                           train_rows=content_key(rows=self.train_rows.tolist()),
+                           val_rows=content_key(rows=self.val_rows.tolist()),
+                           labels={"pool": _labels_key(self.view.pool.labels), "test": _labels_key(self.view.test.labels)},
+                           train_subsets=rows({f: self.subsets[f] for f in self.fractions}),
+                           val_subsets=rows(self.val_subsets), probe=self.probe, params=self.probe_params(),
+                           fractions=self.fractions, conditions=self.conditions, layer="final", regime="frozen")
+
+    def run(self, feats: dict) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+        """Fit and score this unit's probes; return the row-set and the per-case arrays to keep."""
+        probes = self._fit(feats)
+        rows, cases = [], {}
+        for fraction, probe in probes.items():
+            rows += self._scored(fraction, probe, feats, cases)
+        return pd.DataFrame(rows), cases
+
+    def _transfer(self, condition: str) -> _Transfer | None:
+        return next((t for t in self.view.transfers if t.name == condition), None)
+
+    def _test_features(self, feats: dict, condition: str) -> np.ndarray:
+        return feats[condition] if self._transfer(condition) else feats["test"][condition]
+
+    def _labels(self, condition: str) -> np.ndarray:
+        transfer = self._transfer(condition)
+        return transfer.split.labels if transfer else self.view.test.labels
+
+    def _probs(self, probs: np.ndarray, condition: str) -> np.ndarray:
+        """A probe's probabilities on ``condition``, restricted to a transfer set's shared labels."""
+        transfer = self._transfer(condition)
+        return probs[:, transfer.columns] if transfer else probs
+
+    def _scored(self, fraction: float, probe, feats: dict, cases: dict) -> list[dict]:
         base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
                     label_fraction=float(fraction), probe=self.probe, layer="final", regime="frozen",
                     probe_C=float(getattr(probe, "C_", np.nan)), converged=bool(getattr(probe, "converged_", True)),
                     hit_time_cap=bool(getattr(probe, "hit_time_cap_", False)),
                     fit_seconds=float(getattr(probe, "fit_seconds_", np.nan)))
-        test_probs = {c: probe.predict_proba(feats["test"][c]) for c in self.conditions}
+        test_probs = {c: probe.predict_proba(self._test_features(feats, c)) for c in self.conditions}
         rows = []
         for condition, probs in test_probs.items():
-            rows += _rows({**base, "condition": condition, "recalibrator": "none"},
-                          _score(self.view.task, self._labels(condition), probs))
+            rows += _rows({**base, "condition": condition, "recalibrator": NO_RECALIBRATION},
+                          _score(self.view.task, self._labels(condition), self._probs(probs, condition)))
         if self.probe == LINEAR and fraction == 1.0:
-            rows += self._recalibrated(base, probe.predict_proba(feats["val"]), self.view.splits["val"].labels,
-                                       test_probs)
+            cases.update({f"probs|{c}|{NO_RECALIBRATION}": self._probs(p, c) for c, p in test_probs.items()
+                          if c == CLEAN or self._transfer(c)})
+            rows += self._recalibrated(base, probe.predict_proba(feats["pool"][self.val_rows]), test_probs, cases)
         return rows
 
-    def _labels(self, condition: str) -> np.ndarray:
-        transfer = self.view.transfer
-        return transfer[2].labels if transfer and condition == transfer[0] else self.view.splits["test"].labels
-
-    def _fit(self, feats: dict, subsets: dict[float, np.ndarray]) -> dict:
+    def _fit(self, feats: dict) -> dict:
         from crsrepro.probes import KNNProbe, MLPProbe, fit_linear_probes
 
-        train, val = self.view.splits["train"], self.view.splits["val"]
+        X_train, X_val = feats["pool"][self.train_rows], feats["pool"][self.val_rows]
+        y_train, y_val = self.train.labels, self.val.labels
         options = self.profile.probe
+        subsets = {f: self.subsets[f] for f in self.fractions}
+        val_subsets = None if self.val_subsets is None else {f: self.val_subsets[f] for f in self.fractions}
         if self.probe == LINEAR:
-            return fit_linear_probes(feats["train"], train.labels, subsets, feats["val"], val.labels,
-                                     task=self.view.task, c_grid=options["c_grid"], backend=options["backend"],
-                                     device=options["device"], max_iter=options["max_iter"],
-                                     time_cap_s=options["time_cap_s"], progress=False)
+            return fit_linear_probes(X_train, y_train, subsets, X_val, y_val, task=self.view.task,
+                                     c_grid=options.c_grid, backend=options.backend, device=options.device,
+                                     max_iter=options.max_iter, time_cap_s=options.time_cap_s,
+                                     val_subsets=val_subsets, progress=False)
         if self.probe == "mlp":  # the same device and compute-time cap as the linear probe
-            make = lambda: MLPProbe(task=self.view.task, device=options["device"],  # noqa: E731
-                                    time_cap_s=options["time_cap_s"], random_state=self.seed)
+            make = lambda: MLPProbe(task=self.view.task, device=options.device,  # noqa: E731
+                                    time_cap_s=options.time_cap_s, random_state=self.seed)
         else:
             make = lambda: KNNProbe(task=self.view.task)  # noqa: E731
-        return {f: make().fit(feats["train"][idx], train.labels[idx], X_val=feats["val"], y_val=val.labels,
-                              standardize_with=feats["train"])
-                for f, idx in subsets.items()}
+        fitted = {}
+        for f, idx in subsets.items():
+            val_idx = np.arange(len(y_val)) if val_subsets is None else val_subsets[f]
+            fitted[f] = make().fit(X_train[idx], y_train[idx], X_val=X_val[val_idx], y_val=y_val[val_idx],
+                                   standardize_with=X_train)
+        return fitted
 
-    def _recalibrated(self, base: dict, val_probs: np.ndarray, val_labels: np.ndarray, test_probs: dict) -> list:
+    def _recalibrated(self, base: dict, val_probs: np.ndarray, test_probs: dict, cases: dict) -> list:
+        """The four recalibrators, fitted on the seed's val split (the calibration subset)."""
         from crsrepro.calibration import make_recalibrator
 
         rows = []
         for name in RECALIBRATORS:
-            recalibrator = make_recalibrator(name).fit(val_probs, val_labels)
+            recalibrator = make_recalibrator(name).fit(val_probs, self.val.labels)
             for condition, probs in test_probs.items():
+                calibrated = recalibrator.predict_proba(probs)
                 rows += _rows({**base, "condition": condition, "recalibrator": name},
-                              _score(self.view.task, self._labels(condition), recalibrator.predict_proba(probs)))
+                              _score(self.view.task, self._labels(condition), self._probs(calibrated, condition)))
+                if condition == CLEAN:
+                    cases[f"probs|{CLEAN}|{name}"] = calibrated
         return rows
 
+
+def _case_arrays(view: _DatasetView, cases: dict) -> dict[str, np.ndarray]:
+    """A unit's per-case arrays with the labels and image ids they belong to."""
+    out = {"labels|clean": view.test.labels, "image_id|clean": view.test.images["image_id"].to_numpy(dtype=str)}
+    for transfer in view.transfers:
+        out[f"labels|{transfer.name}"] = transfer.split.labels
+        out[f"image_id|{transfer.name}"] = transfer.split.images["image_id"].to_numpy(dtype=str)
+    return {**out, **cases}
+
+
+# --------------------------------------------------------------------------- the grid
 
 def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weights: dict | None = None,
              output_dir: Path | None = None, manifest_dir: Path | None = None, progress: bool = True) -> pd.DataFrame:
@@ -273,7 +415,7 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     output_dir : path, optional
         The results folder (default: the profile's ``output_dir``).
     manifest_dir : path, optional
-        Where split manifests live (default: ``data_manifests/`` in the working directory).
+        Where split manifests live (default: :func:`crsrepro.io.manifest_dir`).
     progress : bool
         Show progress bars.
 
@@ -289,66 +431,128 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
 
     profile = _as_profile(profile)
     store = ResultStore(output_dir or profile.output_path)
-    probes = [LINEAR] + list(profile.control_probes["probes"])
+    probes = [LINEAR] + list(profile.control_probes.probes)
     keys = []
     views: dict[str, _DatasetView] = {}
     loaded: dict[str, object] = {}  # each encoder is built once, whatever the number of its cells
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell", disable=not progress):
+    for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell",
+                                    disable=not progress):
         if dataset not in views:
             views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
         view = views[dataset]
         if encoder_id not in loaded:
             loaded[encoder_id] = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
-                                                device=profile.features["device"])
+                                                device=profile.features.device)
         encoder = loaded[encoder_id]
-        units = [_Unit(profile, get_spec(encoder_id), view, seed, probe)
-                 for seed in profile.seeds for probe in probes]
-        unit_keys = [unit.key(encoder.weights_hash) for unit in units]
+        requests = _feature_requests(profile, view)
+        feature_keys = _feature_keys(encoder, requests)
+        units = [_Unit(profile, get_spec(encoder_id), view, seed, probe) for seed in profile.seeds for probe in probes]
+        unit_keys = [unit.key(feature_keys) for unit in units]
         keys += unit_keys
         pending = [(unit, key) for unit, key in zip(units, unit_keys) if not store.has(key)]
         if not pending:
             continue
-        feats, memo = _features(profile, encoder, view, progress), {}
+        feats = _features(profile, encoder, requests, progress)
         threads = torch.get_num_threads()
-        torch.set_num_threads(profile.probe["num_threads"])  # small full-batch fits run best on one thread
+        torch.set_num_threads(profile.probe.num_threads)  # small full-batch fits run best on one thread
         try:
             for unit, key in pending:
-                rows = unit.run(feats, memo)
-                rows.attrs = {**provenance, "key": key, "weights": encoder.weights_hash,
-                              "manifest": view.manifest_hash}  # pandas keeps attrs in the parquet metadata
+                rows, cases = unit.run(feats)
+                rows["rowset"] = key
+                rows.attrs = {**provenance, "key": key, "weights": encoder.weights_hash}
+                if cases:  # the per-case file first: the row-set marks the unit done
+                    store.write_cases(key, _case_arrays(view, cases))
                 store.write(key, rows)
                 log.info("wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, unit.probe, len(rows))
         finally:
             torch.set_num_threads(threads)
     log.info("crsrepro %s: %d row-sets for profile %s", __version__, len(keys), profile.name)
-    return store.merge(keys)
+    return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint()})
 
+
+# --------------------------------------------------------------------------- the reference frame
 
 def frame_path(profile: Profile, manifest_dir: Path | None = None) -> Path:
-    """Where the profile's frozen CRS reference frame lives: ``data_manifests/crs_reference_<profile>.yaml``."""
-    return Path(manifest_dir or "data_manifests").absolute() / f"crs_reference_{profile.name}.yaml"
+    """Where the profile's frozen CRS reference frame lives: ``<data_manifests>/crs_reference_<profile>.yaml``."""
+    return default_manifest_dir(manifest_dir) / f"crs_reference_{profile.name}.yaml"
 
 
-def reference_frame(profile: Profile | str, results: pd.DataFrame | None = None, *,
-                    manifest_dir: Path | None = None):
-    """The profile's frozen CRS reference frame, frozen from ``results`` on first use (DESIGN.md section 9).
+def missing_runs(profile: Profile | str, results: pd.DataFrame) -> pd.DataFrame:
+    """The primary runs of :func:`enumerate_runs` that ``results`` lacks (an AUROC row of the linear,
+    final-layer, frozen, uncalibrated probe), one row per missing run."""
+    profile = _as_profile(profile)
+    expected = enumerate_runs(profile)
+    have = results[(results["probe"] == LINEAR) & (results["layer"] == "final") & (results["regime"] == "frozen")
+                   & (results["recalibrator"] == NO_RECALIBRATION) & (results["metric"] == "auroc")]
+    merged = expected.merge(have[RUN_COLUMNS].drop_duplicates(), how="left", on=RUN_COLUMNS, indicator=True)
+    return merged[merged["_merge"] == "left_only"].drop(columns="_merge").reset_index(drop=True)
 
-    A frame is only ever frozen from a run of the profile on real features, never from printed numbers.
-    Once frozen it is read back (its hash checked) and never silently replaced: delete the file to
-    re-freeze it.
+
+def freeze_frame(profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None,
+                 overwrite: bool = False):
+    """Freeze the profile's CRS reference frame from a complete run and save it (``crsrepro freeze-frame``).
+
+    The frame (DESIGN.md section 9) holds the anchors, the weights and the reliability profiles of the
+    panel, and records the hash of the results it was frozen from, so that results which change later
+    are noticed (:meth:`crsrepro.crs.ReferenceFrame.check_results`).
+
+    Raises
+    ------
+    CrsreproError
+        ``results`` lacks runs of the profile's grid (the message names the first missing cells), or a
+        frame exists and ``overwrite`` is False.
     """
-    from crsrepro.crs import ReferenceFrame, cell_profiles
+    from crsrepro.analysis import RunAnalysis
+    from crsrepro.crs import ReferenceFrame
 
     profile = _as_profile(profile)
+    missing = missing_runs(profile, results)
+    if len(missing):
+        gaps = missing[["encoder", "dataset", "seed"]].drop_duplicates()
+        named = "; ".join(f"{r.encoder} on {r.dataset} seed {r.seed}" for r in gaps.head(5).itertuples())
+        raise CrsreproError(f"profile {profile.name!r}: the run is incomplete ({len(missing)} runs missing, in "
+                            f"{len(gaps)} cell-seeds: {named}{' ...' if len(gaps) > 5 else ''}); "
+                            f"finish `crsrepro run --profile {profile.name}` before freezing the frame")
     path = frame_path(profile, manifest_dir)
-    if path.is_file() or results is None:
-        return ReferenceFrame.load(path)
-    frame = ReferenceFrame.freeze(cell_profiles(runs_table(results)), description=(
+    if path.is_file() and not overwrite:
+        raise CrsreproError(f"{path} exists: a frozen frame is never silently replaced; pass --overwrite to "
+                            f"re-freeze it (every published score of this profile then changes)")
+    analysis = RunAnalysis(profile, results, manifest_dir=manifest_dir)
+    frame = ReferenceFrame.freeze(analysis.reliability_profiles, results_hash=analysis.results_hash, description=(
         f"profile {profile.name}, panel of {len(profile.encoders)} encoders, frozen from crsrepro "
         f"{__version__} at commit {git_hash()}"))
     frame.save(path)
+    log.info("froze the %s reference frame to %s", profile.name, path)
     return frame
+
+
+def frame_for_book(profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None) -> Path | None:
+    """The frame step of ``crsrepro book``: a demo-world profile without a frozen frame gets one, frozen
+    from ``results`` (returns its path); any other profile must have been frozen by ``crsrepro
+    freeze-frame`` (an error otherwise), so a book never publishes a frame frozen by accident."""
+    profile = _as_profile(profile)
+    path = frame_path(profile, manifest_dir)
+    if path.is_file():
+        return None
+    if profile.data.source != "demo_world":
+        raise CrsreproError(f"{path}: profile {profile.name!r} has no frozen reference frame; after a complete "
+                            f"run, freeze it with `crsrepro freeze-frame --profile {profile.name}`")
+    freeze_frame(profile, results, manifest_dir=manifest_dir)
+    return path
+
+
+def reference_frame(profile: Profile | str, *, manifest_dir: Path | None = None):
+    """The profile's frozen CRS reference frame, read from ``data_manifests/`` (never written here).
+
+    Raises
+    ------
+    crsrepro.crs.FrameError
+        No frame has been frozen for the profile (``crsrepro freeze-frame --profile P`` freezes one).
+    """
+    from crsrepro.crs import ReferenceFrame
+
+    return ReferenceFrame.load(frame_path(_as_profile(profile), manifest_dir))
 
 
 def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, manifest_dir: Path | None = None,
@@ -357,14 +561,29 @@ def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, 
 
     The panel is not recomputed and its published scores do not move (the frame is fixed). The
     newcomer's results go to ``<output_dir>/newcomers/<encoder id>/``.
+
+    Raises
+    ------
+    CrsreproError
+        No frame is frozen, or the panel's results have changed since the frame was frozen from them.
     """
-    from crsrepro.crs import cell_profiles, score_encoder
+    from crsrepro.crs import cell_profiles as reliability_profiles, score_encoder
     from crsrepro.encoders import get_spec
 
     profile = _as_profile(profile)
     get_spec(encoder_id)  # an unknown id fails here, before any work
     frame = reference_frame(profile, manifest_dir=manifest_dir)
+    panel = ResultStore(profile.output_path).merged_path
+    if panel.is_file():
+        problem = frame.check_results(pd.read_parquet(panel).attrs.get("keys_hash"))
+        if problem:
+            raise CrsreproError(f"{problem}; re-freeze the frame (crsrepro freeze-frame --profile {profile.name} "
+                                f"--overwrite) or restore the results it was frozen from")
     results = run_grid(profile, encoders=[encoder_id], weights={encoder_id: weights} if weights else None,
                        output_dir=profile.output_path / "newcomers" / encoder_id, manifest_dir=manifest_dir,
                        progress=progress)
-    return score_encoder(cell_profiles(runs_table(results)), frame)
+    return score_encoder(reliability_profiles(runs_table(results)), frame)
+
+
+__all__ = ["RUN_COLUMNS", "canonical_size", "cells", "conditions_for", "enumerate_runs", "frame_path",
+           "frame_for_book", "freeze_frame", "keys_hash", "missing_runs", "reference_frame", "run_grid", "score_new_encoder"]

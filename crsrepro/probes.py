@@ -514,7 +514,8 @@ class LinearProbe(_StandardizedProbe):
 
 
 def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C_GRID, backend="torch", device="cpu",
-                      max_iter=200, tol=1e-4, time_cap_s=None, standardize_with=None, progress=True):
+                      max_iter=200, tol=1e-4, time_cap_s=None, standardize_with=None, val_subsets=None,
+                      progress=True):
     """Fit one linear probe per label fraction, all standardised with the full train split.
 
     This is the run grid's entry point (DESIGN.md section 7: a probe is fitted once per cell, seed
@@ -531,11 +532,15 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     subsets : dict[float, array of int]
         Row indices into ``X_train`` per label fraction (the nested label subsets).
     X_val, y_val : arrays
-        The full validation split, which picks C.
+        The validation split, which picks C.
     task, c_grid, backend, device, max_iter, tol, time_cap_s
         As in :class:`LinearProbe`.
     standardize_with : array of shape (M, D) or None
         Features that define the standardisation; None uses ``X_train``.
+    val_subsets : dict[float, array of int] or None
+        Row indices into ``X_val`` that pick C at each fraction **[ours]** (DESIGN.md section 3: the
+        nested val subset of the same fraction, so "1 % labels" means 1 % of the labels); None uses the
+        whole validation split at every fraction.
     progress : bool, default True
         Show a progress bar over the fractions.
 
@@ -560,17 +565,26 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     if mean.shape[0] != X_train.shape[1]:
         raise ValueError(f"standardize_with has {mean.shape[0]} features but X_train has {X_train.shape[1]}")
     Z_train, Z_val = (X_train - mean) / scale, (X_val - mean) / scale
+    if val_subsets is not None and set(val_subsets) != set(subsets):
+        raise ValueError(f"val_subsets has fractions {sorted(val_subsets)}, subsets {sorted(subsets)}")
     probes = {}
     for fraction, rows in tqdm(subsets.items(), desc=f"linear probes ({backend})", disable=not progress):
-        rows = np.asarray(rows)
-        if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) \
-                or rows.min() < 0 or rows.max() >= X_train.shape[0]:
-            raise ValueError(f"subsets[{fraction}] must be non-empty row indices into X_train (0..{X_train.shape[0] - 1})")
+        rows = _check_rows(rows, X_train.shape[0], f"subsets[{fraction}]")
+        val_rows = (np.arange(len(Z_val)) if val_subsets is None
+                    else _check_rows(val_subsets[fraction], X_val.shape[0], f"val_subsets[{fraction}]"))
         probe = LinearProbe(task=task, c_grid=c_grid, backend=backend, device=device, max_iter=max_iter, tol=tol,
                             time_cap_s=time_cap_s)
         probe.mean_, probe.scale_ = mean, scale
-        probes[fraction] = probe._fit_standardized(Z_train[rows], y_train[rows], Z_val, y_val)
+        probes[fraction] = probe._fit_standardized(Z_train[rows], y_train[rows], Z_val[val_rows], y_val[val_rows])
     return probes
+
+
+def _check_rows(rows, n: int, name: str) -> np.ndarray:
+    rows = np.asarray(rows)
+    if rows.ndim != 1 or rows.size == 0 or not np.issubdtype(rows.dtype, np.integer) or rows.min() < 0 \
+            or rows.max() >= n:
+        raise ValueError(f"{name} must be non-empty row indices (0..{n - 1})")
+    return rows
 
 
 class MLPProbe(_StandardizedProbe):

@@ -1,10 +1,12 @@
 """The tidy results store (DESIGN.md section 7, "Results").
 
 Every unit of work of the run grid writes one *row-set*: a small parquet file under
-``<output_dir>/runs/`` named by the content hash of everything that changes its numbers (encoder and
-weights hash, manifest hash, seed, label fraction, probe and its hyper-parameters, layer, regime,
-:data:`CACHE_VERSION`). A unit whose file exists is skipped, so an interrupted run resumes where it
-stopped. :func:`merge_results` then concatenates the row-sets into one tidy table,
+``<output_dir>/runs/`` named by a key derived from everything that changes its numbers: the keys of the
+feature arrays it reads (which cover the encoder, its weights, the preprocessing, the images and the
+condition), the seed's split, the label subsets it fits on (their content), the labels, the probe's
+parameters and :data:`CACHE_VERSION`; nothing that cannot change a number (such as
+``probe.num_threads``). A unit whose file exists is skipped, so an interrupted run resumes where it
+stopped. :meth:`ResultStore.merge` then concatenates the row-sets into one tidy table,
 ``<output_dir>/results.parquet``, with one row per run and metric:
 
 ============== ==============================================================================
@@ -26,6 +28,7 @@ probe_C        the C chosen on the val split (NaN for probes without C)
 converged      whether the probe's optimiser converged
 hit_time_cap   whether the fit hit the profile's compute-time cap
 fit_seconds    wall time of the probe fit (shared by the fractions fitted together)
+rowset         the key of the row-set the row came from (and of its per-case probabilities)
 ============== ==============================================================================
 
 Each row-set also records the package version, the git hash and the input hashes in its parquet
@@ -34,67 +37,37 @@ metadata, so a results file describes itself.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import subprocess
-import tempfile
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from crsrepro.errors import CrsreproError
+from crsrepro.io import atomic_write, atomic_write_parquet, content_key, git_hash  # noqa: F401 (git_hash re-exported)
 
 #: Bump when the meaning of a row-set changes (metrics, probe protocol): old row-sets are then ignored.
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: per-seed train/val splits, keys derived from the feature keys they read
 
 RUN_KEYS = ["encoder", "family", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
             "recalibrator"]
-RUN_INFO = ["probe_C", "converged", "hit_time_cap", "fit_seconds"]
+RUN_INFO = ["probe_C", "converged", "hit_time_cap", "fit_seconds", "rowset"]
 COLUMNS = RUN_KEYS + ["metric", "value"] + RUN_INFO
 
 
-def content_key(**inputs) -> str:
-    """The SHA-256 of ``inputs`` (JSON, sorted keys): the address of a cached result.
-
-    >>> content_key(a=1, b="x") == content_key(b="x", a=1)
-    True
-    """
-    blob = json.dumps(inputs, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()
-
-
-def git_hash(path: str | os.PathLike = ".") -> str:
-    """The commit of the checkout holding ``path`` (``unknown`` outside git), ``+dirty`` if modified."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=path, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=path,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
-def atomic_write_parquet(df: pd.DataFrame, path: Path) -> None:
-    """Write ``df`` to ``path`` through a temporary file and a rename: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, index=False)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 class ResultStore:
-    """Row-sets under ``<root>/runs/``, merged into ``<root>/results.parquet``."""
+    """Row-sets under ``<root>/runs/`` merged into ``<root>/results.parquet``, and the per-case test
+    probabilities of the full-label probes under ``<root>/cases/`` (DESIGN.md section 10: the
+    two-level bootstrap and the reliability diagrams read them)."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
         self.runs_dir = self.root / "runs"
+        self.cases_dir = self.root / "cases"
+
+    @property
+    def merged_path(self) -> Path:
+        return self.root / "results.parquet"
 
     def path(self, key: str) -> Path:
         return self.runs_dir / f"{key}.parquet"
@@ -108,25 +81,49 @@ class ResultStore:
             raise ValueError(f"row-set {key} lacks columns {missing}")
         atomic_write_parquet(rows[COLUMNS], self.path(key))
 
-    def merge(self, keys: list[str]) -> pd.DataFrame:
+    def cases_path(self, key: str) -> Path:
+        return self.cases_dir / f"{key}.npz"
+
+    def write_cases(self, key: str, arrays: dict[str, np.ndarray]) -> None:
+        """Save a row-set's per-case arrays (probabilities as float16 [ours: 3 significant digits is
+        more than an AUROC or a 15-bin ECE resolves]); written before the row-set, which marks both done."""
+        packed = {name: a.astype(np.float16) if a.dtype.kind == "f" else a for name, a in arrays.items()}
+        atomic_write(self.cases_path(key), lambda f: np.savez(f, **packed))
+
+    def read_cases(self, key: str) -> dict[str, np.ndarray]:
+        path = self.cases_path(key)
+        if not path.is_file():
+            raise CrsreproError(f"no per-case probabilities at {path}: rerun `crsrepro run` to compute them")
+        with np.load(path, allow_pickle=False) as saved:
+            return {name: saved[name] for name in saved.files}
+
+    def merge(self, keys: list[str], *, attrs: dict | None = None) -> pd.DataFrame:
         """Concatenate the row-sets of ``keys`` into ``results.parquet`` and return the table.
 
-        The merged table records the hash of its keys, so merging the same row-sets again just reads it.
+        The merged table records :func:`keys_hash` of its keys (``attrs["keys_hash"]``), so merging
+        the same row-sets again just reads it and a changed key set is noticed and re-merged. ``attrs``
+        (the profile's fingerprint, the package version) are stored beside it.
         """
-        merged = self.root / "results.parquet"
-        keys_hash = content_key(keys=keys)
+        merged = self.merged_path
+        digest = keys_hash(keys)
         if merged.is_file():
             table = pd.read_parquet(merged)
-            if table.attrs.get("keys_hash") == keys_hash:
+            if table.attrs.get("keys_hash") == digest and all(table.attrs.get(k) == v for k, v in (attrs or {}).items()):
                 return table
         missing = [k for k in keys if not self.has(k)]
         if missing:
             raise CrsreproError(f"{len(missing)} row-sets are missing under {self.runs_dir} "
                                 f"(first: {missing[0]}); run `crsrepro run` to compute them")
         table = pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
-        table.attrs = {"keys_hash": keys_hash}
+        table.attrs = {**(attrs or {}), "keys_hash": digest}
         atomic_write_parquet(table, merged)
         return table
+
+
+def keys_hash(keys: list[str]) -> str:
+    """The hash of a results table: the content key of its sorted row-set keys. Every row-set key is a
+    function of all the inputs that decide its numbers, so this names the table's content."""
+    return content_key(keys=sorted(keys))
 
 
 def load_results(output_dir: str | os.PathLike) -> pd.DataFrame:

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.data.manifests import label_subsets, load_or_create_manifest, make_splits, manifest_hash
+from crsrepro.data.manifests import label_subsets, load_or_create_manifest, make_splits, manifest_hash, seed_split_hash
 from crsrepro.errors import DataError
 
 LABELS = ["a", "b", "c", "rare"]
@@ -56,7 +56,7 @@ def test_multiclass_split_with_a_rare_class_of_three_groups():
 
 def test_bad_arguments():
     df = multilabel_frame(10)
-    with pytest.raises(ValueError, match="three positive shares"):
+    with pytest.raises(ValueError, match="3 positive shares"):
         make_splits(df, seed=0, fractions=(0.8, 0.3, 0.1), task="multilabel", label_names=LABELS)
     with pytest.raises(ValueError, match="task must be"):
         make_splits(df, seed=0, task="regression", label_names=LABELS)
@@ -69,7 +69,7 @@ def test_manifest_written_once_then_verified(tmp_path):
     path = tmp_path / "chexpert_smoke.csv"
     sha = (tmp_path / "chexpert_smoke.csv.sha256").read_text()
     assert sha == f"{manifest_hash(path)}  chexpert_smoke.csv\n"
-    assert list(first.columns) == ["image_id", "split", "group"] and first["image_id"].is_monotonic_increasing
+    assert list(first.columns) == ["image_id", "group", "split", "seed_0"] and first["image_id"].is_monotonic_increasing
     # a later call reads the frozen file, whatever seed it is given
     again = load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=99)
     pd.testing.assert_frame_equal(first, again)
@@ -82,7 +82,7 @@ def test_tampered_manifest_is_detected(tmp_path):
     load_or_create_manifest(df, dataset="isic2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
     path = tmp_path / "isic2019_demo.csv"
     text = path.read_text()
-    path.write_text(text.replace(",train,", ",test,", 1))
+    path.write_text(text.replace(",pool,", ",test,", 1))
     with pytest.raises(DataError, match=r"isic2019_demo.csv: SHA-256 .* does not match .*delete .* to rebuild"):
         load_or_create_manifest(df, dataset="isic2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
     path.write_text(text)
@@ -138,3 +138,22 @@ def test_label_subsets_need_a_positive_per_label():
         label_subsets(y, fractions=[0.5, 1.0], seed=0, task="multilabel")
     with pytest.raises(ValueError, match=r"fractions must lie in \(0, 1\]"):
         label_subsets(np.array([0, 1]), fractions=[0.0], seed=0, task="multiclass")
+
+
+def test_each_run_seed_has_its_own_train_val_over_one_fixed_test_split(tmp_path):
+    """Issue 10: the test split is fixed; each run seed draws its own grouped train / val partition."""
+    df = multilabel_frame(200)
+    manifest = load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=0,
+                                       run_seeds=(0, 1, 2))
+    test = manifest["split"] == "test"
+    for s in (0, 1, 2):
+        assert (manifest.loc[test, f"seed_{s}"] == "test").all()
+        assert set(manifest.loc[~test, f"seed_{s}"]) == {"train", "val"}
+        assert manifest.groupby("group")[f"seed_{s}"].nunique().eq(1).all()  # grouped
+    assert (manifest["seed_0"] != manifest["seed_1"]).any() and (manifest["seed_1"] != manifest["seed_2"]).any()
+    assert seed_split_hash(manifest, 0) != seed_split_hash(manifest, 1)
+    share = (manifest.loc[~test, "seed_0"] == "val").mean()
+    assert 0.08 < share < 0.2
+    with pytest.raises(DataError, match="seed_3"):  # a run seed the frozen manifest lacks
+        load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=0,
+                                run_seeds=(0, 3))

@@ -17,7 +17,7 @@ from crsrepro.data.demo_world import MARKER, generate_demo_world, sample_images
 from crsrepro.profiles import load_profile
 
 SMOKE = load_profile("smoke")
-WORLD = dict(n_images=SMOKE.demo_world["n_images"], image_size=SMOKE.demo_world["image_size"], seed=0, progress=False)
+WORLD = dict(n_images=SMOKE.demo_world.n_images, image_size=SMOKE.demo_world.image_size, seed=0, progress=False)
 
 
 def _digest(root):
@@ -72,9 +72,10 @@ def test_prepare_dataset_splits_and_transfer_set(smoke_world, tmp_path, monkeypa
     monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
     profile = load_profile("smoke", overrides={"data": {"root": str(root)}})
     chex = prepare_dataset(profile, "chexpert", manifest_dir=tmp_path / "m", progress=False)
-    assert chex["image_id"].is_monotonic_increasing and set(chex["split"]) == {"train", "val", "test"}
-    assert chex.groupby("group")["split"].nunique().max() == 1
-    positives = (chex[chex.attrs["label_names"]] == 1).groupby(chex["split"]).sum()
+    assert chex["image_id"].is_monotonic_increasing and set(chex["split"]) == {"pool", "test"}
+    assert set(chex["seed_0"]) == {"train", "val", "test"} and set(chex["seed_1"]) == {"train", "val", "test"}
+    assert chex.groupby("group")["seed_0"].nunique().max() == 1
+    positives = (chex[chex.attrs["label_names"]] == 1).groupby(chex["seed_0"]).sum()
     assert (positives > 0).all().all()
     assert (tmp_path / "m" / "chexpert_smoke.csv.sha256").is_file()
     mimic = prepare_dataset(profile, "mimic_cxr", manifest_dir=tmp_path / "m", progress=False)

@@ -68,7 +68,7 @@ def write_images(folder, n=7, fmt="png"):
 
 
 def run(encoder, images, cache_dir, **kw):
-    kw = {"dataset": "isic2019", "manifest_hash": "m0", "progress": False, **kw}
+    kw = {"dataset": "isic2019", "images_key": "m0", "progress": False, **kw}
     return features.extract_features(encoder, images, cache_dir=cache_dir, **kw)
 
 
@@ -97,7 +97,7 @@ def test_second_call_hits_the_cache_and_the_sidecar_describes_the_entry(tmp_path
     metas = sorted((tmp_path / "cache").glob("*/*.meta.json"))
     assert len(metas) == 2
     meta = json.loads(metas[0].read_text())
-    assert meta["inputs"]["encoder"] == "test.tiny" and meta["inputs"]["manifest_hash"] == "m0"
+    assert meta["inputs"]["encoder"] == "test.tiny" and meta["inputs"]["images_key"] == "m0"
     assert meta["inputs"]["cache_version"] == features.CACHE_VERSION and meta["shape"][0] == 7
     assert {"torch", "crsrepro"} <= set(meta["versions"]) and "git_hash" in meta
     assert not (tmp_path / "cache" / "partial").exists() or not any((tmp_path / "cache" / "partial").iterdir())
@@ -107,7 +107,7 @@ def test_every_input_that_changes_the_bytes_changes_the_key(tmp_path, tiny):
     images = write_images(tmp_path / "img")
     encoder = tiny.make()
     run(encoder, images, tmp_path / "cache")
-    for change in ({"manifest_hash": "m1"}, {"dataset": "chexpert"}, {"canonical_size": 12}):
+    for change in ({"images_key": "m1"}, {"dataset": "chexpert"}, {"canonical_size": 12}):
         tiny.Tiny.calls = 0
         run(encoder, images, tmp_path / "cache", **change)
         assert tiny.Tiny.calls > 0, change
@@ -167,7 +167,7 @@ KILLED_RUN = textwrap.dedent('''
     import tiny_encoder
     from crsrepro.features import extract_features
     images = pd.read_csv(sys.argv[2])
-    extract_features(tiny_encoder.make(delay=0.3), images, dataset="isic2019", manifest_hash="m0",
+    extract_features(tiny_encoder.make(delay=0.3), images, dataset="isic2019", images_key="m0",
                      cache_dir=sys.argv[3], batch_size=2, chunk_size=4, progress=False)
 ''')
 

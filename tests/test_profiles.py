@@ -4,17 +4,17 @@ import pytest
 import yaml
 
 from crsrepro.errors import ProfileError
-from crsrepro.profiles import list_profiles, load_profile
+from crsrepro.profiles import PROFILE_DIR, list_profiles, load_profile
 
 
 def test_shipped_profiles_load():
     assert set(list_profiles()) >= {"demo", "smoke", "paper"}
     demo, smoke, paper = (load_profile(n) for n in ("demo", "smoke", "paper"))
     assert demo.conditions()[0] == "clean" and len(demo.conditions()) == 16
-    assert smoke.probe["backend"] == demo.probe["backend"]  # inherited through include
-    assert smoke.demo_world["seed"] == demo.demo_world["seed"]
-    assert smoke.demo_world["image_size"] < demo.demo_world["image_size"]
-    assert len(paper.encoders) == 15 and paper.transfer == {"chexpert": "mimic_cxr"}
+    assert smoke.probe.backend == demo.probe.backend  # inherited through include
+    assert smoke.demo_world.seed == demo.demo_world.seed
+    assert smoke.demo_world.image_size < demo.demo_world.image_size
+    assert len(paper.encoders) == 15 and paper.transfer == {"chexpert": ("mimic_cxr",)}
 
 
 def _write(tmp_path, data, name="p.yaml"):
@@ -66,3 +66,33 @@ def test_paths_resolve_and_unset_variables_fail_only_when_used(tmp_path, monkeyp
     monkeypatch.setenv("CRSREPRO_DATA", str(tmp_path / "data"))
     assert paper.dataset_root("isic2019") == tmp_path / "data" / "isic2019"
     assert load_profile("demo").dataset_root("aptos2019") == tmp_path / ".crsrepro/demo/data/aptos2019"
+
+
+def test_optional_keys_get_their_documented_defaults(tmp_path):
+    """A valid profile without the optional keys loads and works (issue 9: no AttributeError: transfer)."""
+    data = yaml.safe_load((PROFILE_DIR / "demo.yaml").read_text())
+    for key in ("transfer", "description", "canonical_size"):
+        data.pop(key, None)
+    data["probe"].pop("c_selection", None)
+    profile = load_profile(_write(tmp_path, data))
+    assert profile.transfer == {} and profile.transfer_targets("chexpert") == ()
+    assert profile.all_datasets() == ["isic2019", "aptos2019", "chexpert"]
+    assert profile.probe.c_selection == "nested_val" and profile.data.images == "strict"
+    assert profile.control_probes.label_fractions is None and profile.canonical_size is None
+
+
+def test_sections_are_frozen_dataclasses():
+    import dataclasses
+
+    profile = load_profile("smoke")
+    assert dataclasses.is_dataclass(profile.probe) and isinstance(profile.seeds, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        profile.probe.max_iter = 1
+    assert load_profile("smoke").fingerprint() == profile.fingerprint()
+    assert load_profile("smoke", overrides={"seeds": [0]}).fingerprint() != profile.fingerprint()
+
+
+def test_errors_name_the_file(tmp_path):
+    path = _write(tmp_path, {"include": "smoke", "seeds": "many"})
+    with pytest.raises(ProfileError, match=f"{path}.*key seeds"):
+        load_profile(path)

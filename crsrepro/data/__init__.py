@@ -144,9 +144,10 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
 
     - With ``data.source: demo_world``, the demo world is written first if it is absent or stale
       (:func:`crsrepro.data.demo_world.generate_demo_world`, into the profile's ``data.root``).
-    - A trainable dataset gets its frozen train / val / test split from the manifest
+    - A trainable dataset gets its frozen splits from the manifest
       ``<manifest_dir>/<dataset>[_<profile>].csv`` (created on first use; see
-      :func:`crsrepro.data.manifests.load_or_create_manifest`).
+      :func:`crsrepro.data.manifests.load_or_create_manifest`): ``split`` is ``test`` or ``pool``, and
+      ``seed_<s>`` is run seed s's ``train`` / ``val`` / ``test`` assignment.
     - MIMIC-CXR (transfer only) keeps its official ``test`` split, with ``split = "transfer"``.
 
     Parameters
@@ -155,7 +156,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
     name : str
         A dataset id.
     manifest_dir : path, optional
-        Default: ``data_manifests/`` in the current working directory.
+        Default: :func:`crsrepro.io.manifest_dir`.
     progress : bool
         Show progress bars while the demo world is written.
     """
@@ -164,13 +165,14 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
 
     spec = get_spec(name)
     ensure_demo_world(profile, progress=progress)
-    df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data["u_policy"])
+    df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data.u_policy)
     attrs = dict(df.attrs)
     if spec.trainable:
+        from crsrepro.io import manifest_dir as default_manifest_dir
         manifest = load_or_create_manifest(df, dataset=name, profile_name=profile.name,
-                                           manifest_dir=Path(manifest_dir or Path.cwd() / "data_manifests"),
-                                           seed=profile.data["split_seed"])
-        df = df.merge(manifest[["image_id", "split"]], on="image_id", how="left", validate="one_to_one")
+                                           manifest_dir=default_manifest_dir(manifest_dir),
+                                           seed=profile.data.split_seed, run_seeds=profile.seeds)
+        df = df.merge(manifest.drop(columns="group"), on="image_id", how="left", validate="one_to_one")
     else:
         test = df["source_split"] == "test"
         logger.info("%s: the transfer set is the official test split: %d of %d frontal images", name, int(test.sum()), len(df))

@@ -624,8 +624,7 @@ def generate_demo_world(root, *, n_images: dict, image_size: int, seed: int, pro
     unknown = set(n_images) - set(_WRITERS)
     if unknown:
         raise ValueError(f"n_images names unknown datasets {sorted(unknown)} (known: {', '.join(_WRITERS)})")
-    params = {"version": DEMO_WORLD_VERSION, "seed": int(seed), "image_size": int(image_size),
-              "n_images": {k: int(v) for k, v in sorted(n_images.items())}}
+    params = world_params(n_images=n_images, image_size=image_size, seed=seed)
     marker = root / MARKER
     if marker.is_file() and json.loads(marker.read_text()) == params:
         logger.info("demo world at %s is up to date", root)
@@ -649,13 +648,21 @@ def ensure_demo_world(profile, *, progress: bool = True) -> Path | None:
 
     This is what ``crsrepro demo-world`` and :func:`crsrepro.data.prepare_dataset` call.
     """
-    if profile.data["source"] != "demo_world":
+    if profile.data.source != "demo_world":
         return None
-    root = profile.resolve_path(profile.data["root"], key="data.root")
+    root = profile.resolve_path(profile.data.root, key="data.root")
     world = profile.demo_world
-    generate_demo_world(root, n_images=world["n_images"], image_size=world["image_size"], seed=world["seed"],
+    generate_demo_world(root, n_images=world.n_images, image_size=world.image_size, seed=world.seed,
                         progress=progress)
     return root
+
+
+def world_params(*, n_images: dict, image_size: int, seed: int) -> dict:
+    """What a demo world is generated from: the generator version and its parameters (the content of
+    ``<root>/.demo_world.json``). Every demo image is a pure function of these, so they are the demo
+    datasets' content key (:func:`crsrepro.data.content.dataset_content_key`)."""
+    return {"version": DEMO_WORLD_VERSION, "seed": int(seed), "image_size": int(image_size),
+            "n_images": {k: int(v) for k, v in sorted(n_images.items())}}
 
 
 def sample_images(dataset: str, n: int, *, seed: int, image_size: int, hospital: str = "chexpert"):

@@ -5,9 +5,13 @@
   stratification over the groups' label profiles (Sechidis et al., 2011). It is a deterministic
   function of the sorted group ids, their labels and the seed, so the same data gives the same split
   on any machine.
-- :func:`load_or_create_manifest` writes the split once as ``<manifest_dir>/<dataset>[_<profile>].csv``
-  (image_id, split, group) with a ``.sha256`` beside it, and on every later use checks the hash
-  (tampering) and that the manifest lists exactly the images of the data (staleness).
+- :func:`draw_manifest` fixes the test split (from ``data.split_seed``) and draws one grouped,
+  stratified train / val partition of the rest per run seed (DESIGN.md section 3: a seed varies the
+  training sample, the C selection and the calibration subset, never the test set).
+- :func:`load_or_create_manifest` writes them once as ``<manifest_dir>/<dataset>[_<profile>].csv``
+  (image_id, group, split, seed_<s>...) with a ``.sha256`` beside it, and on every later use checks the
+  hash (tampering) and that the manifest lists exactly the images of the data (staleness).
+  :func:`seed_split_hash` is the content key of one seed's split, which the run grid's keys carry.
 - :func:`label_subsets` draws the nested 1 / 5 / 10 / 25 % label subsets of the train split, with at
   least one positive per class or label; they depend only on the labels and the seed, so every encoder
   gets the same subsets.
@@ -15,22 +19,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from crsrepro.errors import DataError
+from crsrepro.io import atomic_write, content_key, sha256_file
 
 logger = logging.getLogger(__name__)
 
 SPLIT_NAMES = ("train", "val", "test")
 DEFAULT_FRACTIONS = (0.7, 0.1, 0.2)  # [ours] DESIGN.md section 3
-MANIFEST_COLUMNS = ["image_id", "split", "group"]
+MANIFEST_COLUMNS = ["image_id", "group", "split"]  # then one seed_<s> column per run seed
 
 
 def _positives(labels: np.ndarray, task: str, n_labels: int) -> np.ndarray:
@@ -53,8 +56,9 @@ def _frame_labels(df: pd.DataFrame, task: str, label_names) -> np.ndarray:
     return df[list(label_names)].to_numpy(dtype=float)
 
 
-def make_splits(df: pd.DataFrame, *, seed: int, fractions=DEFAULT_FRACTIONS, task: str, label_names) -> pd.Series:
-    """Assign every row to ``train``, ``val`` or ``test``, grouped by ``df["group"]`` and stratified.
+def make_splits(df: pd.DataFrame, *, seed, fractions=DEFAULT_FRACTIONS, task: str, label_names,
+                names=SPLIT_NAMES) -> pd.Series:
+    """Assign every row to one of ``names`` (``train``, ``val``, ``test``), grouped by ``df["group"]`` and stratified.
 
     Groups are visited in a seeded random order of their sorted ids, those holding the rarest labels
     first. Each group goes to the split that still most wants its rarest label (Sechidis et al.'s
@@ -65,12 +69,14 @@ def make_splits(df: pd.DataFrame, *, seed: int, fractions=DEFAULT_FRACTIONS, tas
     ----------
     df : pandas.DataFrame
         A loaded dataset: ``group`` and the label column(s).
-    seed : int
-        The split seed (a profile's ``data.split_seed``).
-    fractions : tuple of 3 floats
-        Train, val and test shares of the images [ours: 0.7, 0.1, 0.2].
+    seed : int or sequence of int
+        The split seed (a profile's ``data.split_seed``; any ``numpy.random.default_rng`` seed).
+    fractions : tuple of floats
+        The shares of the images, one per name [ours: 0.7, 0.1, 0.2 for train, val, test].
     task, label_names
         As in ``df.attrs``.
+    names : tuple of str
+        The split names, one per fraction.
 
     Returns
     -------
@@ -87,8 +93,9 @@ def make_splits(df: pd.DataFrame, *, seed: int, fractions=DEFAULT_FRACTIONS, tas
     True
     """
     fractions = np.asarray(fractions, dtype=float)
-    if fractions.shape != (3,) or (fractions <= 0).any() or not math.isclose(fractions.sum(), 1.0):
-        raise ValueError(f"fractions must be three positive shares of 1 (train, val, test), got {fractions.tolist()}")
+    if fractions.shape != (len(names),) or (fractions <= 0).any() or not math.isclose(fractions.sum(), 1.0):
+        raise ValueError(f"fractions must be {len(names)} positive shares of 1 ({', '.join(names)}), "
+                         f"got {fractions.tolist()}")
     if df.empty:
         raise ValueError("cannot split an empty table")
     positive = _positives(_frame_labels(df, task, label_names), task, len(label_names))
@@ -116,26 +123,22 @@ def make_splits(df: pd.DataFrame, *, seed: int, fractions=DEFAULT_FRACTIONS, tas
         if has_label[g]:
             label = rarest[g]
             first = ~seen[:, label]
-            candidates = np.flatnonzero(first) if first.any() else np.arange(3)
+            candidates = np.flatnonzero(first) if first.any() else np.arange(len(names))
             keys = [(wanted[s, label], wanted_size[s], -s) for s in candidates]
         else:
-            candidates = np.arange(3)
+            candidates = np.arange(len(names))
             keys = [(wanted_size[s], -s) for s in candidates]
         s = candidates[max(range(len(candidates)), key=keys.__getitem__)]
         assignment[g] = s
         wanted[s] -= profile[g]
         wanted_size[s] -= size[g]
         seen[s] |= profile[g] > 0
-    return pd.Series(np.asarray(SPLIT_NAMES)[assignment[codes]], index=df.index, name="split")
+    return pd.Series(np.asarray(names)[assignment[codes]], index=df.index, name="split")
 
 
 def manifest_hash(path) -> str:
-    """The SHA-256 (hex) of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 (hex) of a manifest file's bytes."""
+    return sha256_file(path)
 
 
 def manifest_path(manifest_dir, dataset: str, profile_name: str) -> Path:
@@ -144,13 +147,46 @@ def manifest_path(manifest_dir, dataset: str, profile_name: str) -> Path:
     return Path(manifest_dir) / f"{dataset}{suffix}.csv"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+def seed_column(seed: int) -> str:
+    """The manifest column holding run seed ``seed``'s train / val / test assignment."""
+    return f"seed_{seed}"
 
 
-def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame) -> pd.DataFrame:
+def seed_split_hash(manifest: pd.DataFrame, seed: int) -> str:
+    """The content key of one run seed's split (image ids and their train / val / test assignment)."""
+    return content_key(ids=manifest["image_id"].tolist(), split=manifest[seed_column(seed)].tolist())
+
+
+def draw_manifest(df: pd.DataFrame, *, split_seed: int, run_seeds) -> pd.DataFrame:
+    """The fixed test split and one train / val partition of the rest per run seed (DESIGN.md section 3).
+
+    The test split (20 % [ours]) is drawn once from ``split_seed``: every perturbation and the transfer
+    are measured on it. For each run seed, the non-test pool is split into train and val (70 / 10 of
+    the whole, i.e. 7/8 and 1/8 of the pool [ours]), grouped and stratified like the test split, from
+    the seed ``(split_seed, run seed)``. The same partition goes to every encoder, so a seed varies the
+    training sample, the C selection and the calibration subset.
+
+    Returns
+    -------
+    DataFrame
+        ``image_id, group, split`` (``test`` or ``pool``) and one column ``seed_<s>`` per run seed
+        (``train``, ``val`` or ``test``), sorted by image id.
+    """
+    task, label_names = df.attrs["task"], df.attrs["label_names"]
+    fixed = make_splits(df, seed=split_seed, task=task, label_names=label_names)
+    manifest = pd.DataFrame({"image_id": df["image_id"].astype(str), "group": df["group"].astype(str),
+                             "split": np.where(fixed == "test", "test", "pool")}, index=df.index)
+    pool = df[fixed != "test"]
+    train_share = DEFAULT_FRACTIONS[0] / (DEFAULT_FRACTIONS[0] + DEFAULT_FRACTIONS[1])
+    for seed in run_seeds:
+        column = pd.Series("test", index=df.index)
+        column[pool.index] = make_splits(pool, seed=[split_seed, int(seed)], fractions=(train_share, 1 - train_share),
+                                         task=task, label_names=label_names, names=("train", "val"))
+        manifest[seed_column(seed)] = column
+    return manifest.sort_values("image_id", kind="stable").reset_index(drop=True)
+
+
+def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame, run_seeds) -> pd.DataFrame:
     rebuild = f"delete {path} and {sha_path.name} to rebuild it (this changes the split)"
     if not sha_path.is_file():
         raise DataError(f"{path}: its checksum file {sha_path.name} is missing; restore it, or {rebuild}")
@@ -160,12 +196,16 @@ def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame) -> pd.DataFram
         raise DataError(f"{path}: SHA-256 {actual[:12]}... does not match {sha_path.name} ({recorded[:12]}...): "
                         f"the manifest was edited; restore it, or {rebuild}")
     manifest = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(manifest.columns) != MANIFEST_COLUMNS:
-        raise DataError(f"{path}: columns {list(manifest.columns)} (expected {MANIFEST_COLUMNS}); {rebuild}")
-    bad = ~manifest["split"].isin(SPLIT_NAMES)
-    if bad.any():
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise DataError(f"{path}: line {i + 2}: split {manifest['split'].iloc[i]!r} is not one of {SPLIT_NAMES}")
+    expected = MANIFEST_COLUMNS + [seed_column(s) for s in run_seeds]
+    if list(manifest.columns[:3]) != MANIFEST_COLUMNS or not set(expected) <= set(manifest.columns):
+        raise DataError(f"{path}: columns {list(manifest.columns)} (expected {expected}, one seed_<s> column per "
+                        f"run seed); {rebuild}")
+    for column, allowed in [("split", ("test", "pool"))] + [(seed_column(s), SPLIT_NAMES) for s in run_seeds]:
+        bad = ~manifest[column].isin(allowed)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise DataError(f"{path}: line {i + 2}: column {column} is {manifest[column].iloc[i]!r}, "
+                            f"not one of {allowed}")
     data_ids, manifest_ids = set(df["image_id"]), set(manifest["image_id"])
     if data_ids != manifest_ids:
         new, gone = sorted(data_ids - manifest_ids), sorted(manifest_ids - data_ids)
@@ -178,11 +218,12 @@ def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame) -> pd.DataFram
         raise DataError(f"{path}: stale manifest: line {i + 2}: image {manifest['image_id'].iloc[i]} is in group "
                         f"{manifest['group'].iloc[i]} there but in {group_of[manifest['image_id'].iloc[i]]} in the data; "
                         f"{rebuild}")
-    return manifest
+    return manifest[expected]
 
 
-def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str, manifest_dir, seed: int) -> pd.DataFrame:
-    """The frozen split of ``df``: read and verified if it exists, else drawn and written.
+def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str, manifest_dir, seed: int,
+                            run_seeds=(0,)) -> pd.DataFrame:
+    """The frozen splits of ``df``: read and verified if the manifest exists, else drawn and written.
 
     Parameters
     ----------
@@ -192,35 +233,37 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str
     dataset, profile_name : str
         Name the file ``<dataset>[_<profile>].csv`` (no suffix for the ``paper`` profile).
     manifest_dir : path
-        Where manifests live (``data_manifests/`` by default in :func:`crsrepro.data.prepare_dataset`).
+        Where manifests live (:func:`crsrepro.io.manifest_dir`).
     seed : int
-        The split seed, used only when the manifest is created: an existing manifest is frozen.
+        The split seed of the fixed test split, used only when the manifest is created: an existing
+        manifest is frozen.
+    run_seeds : sequence of int
+        The run seeds; each has its own train / val partition (:func:`draw_manifest`).
 
     Returns
     -------
     pandas.DataFrame
-        image_id, split, group; sorted by image_id.
+        ``image_id, group, split`` and ``seed_<s>`` per run seed; sorted by image_id.
 
     Raises
     ------
     DataError
-        The manifest's SHA-256 does not match its ``.sha256`` (edited), or it does not list exactly
-        the images of ``df`` in the same groups (stale). The message says to delete it to rebuild it.
+        The manifest's SHA-256 does not match its ``.sha256`` (edited), it does not list exactly the
+        images of ``df`` in the same groups (stale), or it lacks a run seed. The message says to delete
+        it to rebuild it.
     """
     path = manifest_path(manifest_dir, dataset, profile_name)
     sha_path = path.with_name(path.name + ".sha256")
     if path.exists():
-        manifest = _check_manifest(path, sha_path, df)
+        manifest = _check_manifest(path, sha_path, df, run_seeds)
         logger.info("%s: using the frozen manifest %s (sha256 %s)", dataset, path, manifest_hash(path)[:12])
         return manifest
-    split = make_splits(df, seed=seed, task=df.attrs["task"], label_names=df.attrs["label_names"])
-    manifest = pd.DataFrame({"image_id": df["image_id"].astype(str), "split": split,
-                             "group": df["group"].astype(str)}).sort_values("image_id", kind="stable")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, manifest.to_csv(index=False, lineterminator="\n").encode())
-    _write_atomic(sha_path, f"{manifest_hash(path)}  {path.name}\n".encode())
-    logger.info("%s: wrote manifest %s (%s)", dataset, path, manifest["split"].value_counts().to_dict())
-    return manifest.reset_index(drop=True)
+    manifest = draw_manifest(df, split_seed=seed, run_seeds=run_seeds)
+    atomic_write(path, manifest.to_csv(index=False, lineterminator="\n").encode())
+    atomic_write(sha_path, f"{manifest_hash(path)}  {path.name}\n".encode())
+    logger.info("%s: wrote manifest %s (test %d of %d images, %d run seeds)", dataset, path,
+                int((manifest["split"] == "test").sum()), len(manifest), len(run_seeds))
+    return manifest
 
 
 def label_subsets(y, *, fractions, seed: int, task: str) -> dict[float, np.ndarray]:

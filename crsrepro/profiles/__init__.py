@@ -2,9 +2,15 @@
 
 A profile names the datasets, the encoders, the seeds, the label fractions, the perturbations, the
 probe budget, the bootstrap size and the output folders. Profiles ship as
-``crsrepro/profiles/{demo,smoke,paper}.yaml``; a profile may ``include`` another and override keys.
-:func:`load_profile` is the only way to read one, and it validates every key: an unknown key or a bad
-value raises :class:`~crsrepro.errors.ProfileError` naming the key.
+``crsrepro/profiles/{demo,smoke,paper,real-mini}.yaml``; a profile may ``include`` another and override
+keys. :func:`load_profile` is the only way to read one: it validates every key once (an unknown key, a
+missing one or a bad value raises :class:`~crsrepro.errors.ProfileError` naming the file and the key),
+fills in the documented defaults of the optional keys (:data:`DEFAULTS`), and returns a frozen
+:class:`Profile` whose sections are frozen dataclasses, so editors and readers see every attribute.
+
+(The word: a *profile* here is a run configuration, as in ``crsrepro run --profile demo``. The paper's
+four-dimensional *reliability profile* of an encoder on a dataset is always called that in full; see
+:mod:`crsrepro.dimensions`.)
 
 Paths in a profile may use ``${VAR}`` environment variables. ``${CRSREPRO_HOME}`` defaults to
 ``./.crsrepro``; relative paths resolve against ``$CRSREPRO_HOME/..`` when it is set, else against the
@@ -14,23 +20,24 @@ current working directory. A variable without a value is an error only when that
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from crsrepro.errors import ProfileError
+from crsrepro.vocab import CONTROL_PROBES, DATASET_IDS, PERTURBATIONS, U_POLICIES, condition_name
 
 PROFILE_DIR = Path(__file__).parent
-DATASET_IDS = ("isic2019", "aptos2019", "chexpert", "mimic_cxr")
-PERTURBATION_NAMES = ("gaussian_blur", "jpeg", "contrast", "rician_noise", "fov_crop")
+PERTURBATION_NAMES = PERTURBATIONS
 PROBE_BACKENDS = ("torch", "sklearn")
-CONTROL_PROBES = ("mlp", "knn")
-U_POLICIES = ("ignore", "ones", "zeros")
 DATA_SOURCES = ("demo_world", "local")
+IMAGE_POLICIES = ("strict", "present-only")
+C_SELECTIONS = ("nested_val", "full_val")
 
 
 def _is_int(v):
@@ -71,6 +78,15 @@ _dataset_counts = _scalar(
     f"a mapping from dataset ids ({', '.join(DATASET_IDS)}) to positive integers",
 )
 
+_transfer = _scalar(
+    lambda v: isinstance(v, dict) and all(
+        k in DATASET_IDS and (t in DATASET_IDS if isinstance(t, str) else
+                              isinstance(t, list) and len(t) > 0 and all(x in DATASET_IDS for x in t))
+        for k, t in v.items()),
+    "a mapping from a training dataset id to a transfer dataset id or a list of them",
+)
+_TRAINABLE = tuple(d for d in DATASET_IDS if d != "mimic_cxr")
+
 # The schema: a nested dict whose leaves are checks. Every key a profile may hold is listed here.
 SCHEMA: dict[str, Any] = {
     "name": _str,
@@ -80,13 +96,12 @@ SCHEMA: dict[str, Any] = {
         "root": _str,
         "u_policy": _choice(U_POLICIES),
         "split_seed": _nonneg_int,
+        "images": _choice(IMAGE_POLICIES),
     },
     "demo_world": {"seed": _nonneg_int, "image_size": _pos_int, "n_images": _dataset_counts},
-    "datasets": _list_of(lambda x: x in DATASET_IDS[:3], "ids among isic2019, aptos2019, chexpert"),
-    "transfer": _scalar(
-        lambda v: isinstance(v, dict) and all(k in DATASET_IDS and t in DATASET_IDS for k, t in v.items()),
-        "a mapping from a training dataset id to a transfer dataset id",
-    ),
+    "datasets": _list_of(lambda x: x in _TRAINABLE, f"ids among {', '.join(_TRAINABLE)}"),
+    "transfer": _transfer,
+    "robustness_transfer": _list_of(lambda x: x in DATASET_IDS, "transfer dataset ids", nonempty=False),
     "encoders": _list_of(lambda x: isinstance(x, str) and "." in x, "encoder ids (namespace.name)"),
     "seeds": _list_of(lambda x: _is_int(x) and x >= 0, "non-negative integers"),
     "label_fractions": _fraction_list,
@@ -100,6 +115,7 @@ SCHEMA: dict[str, Any] = {
         "max_iter": _pos_int,
         "time_cap_s": _pos_number,
         "num_threads": _pos_int,
+        "c_selection": _choice(C_SELECTIONS),
     },
     "control_probes": {
         "probes": _list_of(lambda x: x in CONTROL_PROBES, f"probes among {', '.join(CONTROL_PROBES)}", nonempty=False),
@@ -107,28 +123,139 @@ SCHEMA: dict[str, Any] = {
         "conditions": _list_of(lambda x: isinstance(x, str), "condition names"),
     },
     "features": {"cache_dir": _str, "batch_size": _pos_int, "num_workers": _nonneg_int, "device": _str},
-    "bootstrap": {"n_resamples": _pos_int},
+    "bootstrap": {"n_resamples": _pos_int, "n_case_resamples": _pos_int},
     "output_dir": _str,
 }
-# Keys that a complete profile may leave out.
-OPTIONAL = {"demo_world", "canonical_size", "transfer", "description"}
+#: The documented defaults of the keys a profile may leave out (a whole section, or keys in one).
+DEFAULTS: dict[str, Any] = {
+    "description": "",
+    "demo_world": None,  # only for data.source: demo_world
+    "transfer": {},
+    "robustness_transfer": None,  # None: the paper's transfer targets (MIMIC-CXR) enter robustness
+    "canonical_size": None,  # [ours] None: the largest input size in the panel (DESIGN.md section 6)
+    "data": {"images": "strict"},
+    "probe": {"c_selection": "nested_val"},  # [ours] C chosen on a val subset of the same label fraction
+    "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
+    # None: the controls run on every label fraction and condition (the paper's "both control probes")
+    "control_probes": {"label_fractions": None, "conditions": None},
+}
 
 _VAR = re.compile(r"\$\{(\w+)\}")
 
 
 @dataclass(frozen=True)
+class DataSection:
+    """``data``: where the images come from and how labels are read (DESIGN.md section 3)."""
+
+    source: str  #: ``demo_world`` (generated on first use) or ``local`` (read from ``root``)
+    root: str  #: the folder holding one sub-folder per dataset id
+    u_policy: str  #: [ours] CheXpert's uncertain labels: ignore | ones | zeros
+    split_seed: int  #: [ours] the seed of the fixed test split
+    images: str = "strict"  #: ``strict`` (a listed image that is missing is an error) or ``present-only``
+
+
+@dataclass(frozen=True)
+class DemoWorldSection:
+    """``demo_world``: the generator's parameters (part of every demo dataset's content key)."""
+
+    seed: int
+    image_size: int
+    n_images: dict
+
+
+@dataclass(frozen=True)
+class ProbeSection:
+    """``probe``: the linear probe's budget, the same for every encoder (DESIGN.md section 7)."""
+
+    backend: str  #: torch (batched L-BFGS) | sklearn (the reference)
+    device: str
+    c_grid: tuple  #: [ours] the C values searched on val macro AUROC
+    max_iter: int  #: [ours] optimiser iterations per fit
+    time_cap_s: float  #: the paper's equal compute-time cap per fit; hitting it is recorded
+    num_threads: int  #: [ours] torch threads while fitting (changes no number, so not in any key)
+    c_selection: str = "nested_val"  #: [ours] nested_val (C chosen on val labels of the same fraction) | full_val
+
+
+@dataclass(frozen=True)
+class ControlProbesSection:
+    """``control_probes``: the MLP and k-NN controls, their fractions and conditions."""
+
+    probes: tuple
+    label_fractions: tuple | None = None  #: None: the profile's label fractions
+    conditions: tuple | None = None  #: None: every condition of the grid
+
+
+@dataclass(frozen=True)
+class FeaturesSection:
+    """``features``: the feature cache and the extraction batch."""
+
+    cache_dir: str
+    batch_size: int
+    num_workers: int
+    device: str
+
+
+@dataclass(frozen=True)
+class BootstrapSection:
+    """``bootstrap``: replicate counts (the paper: 10,000 seed-paired replicates)."""
+
+    n_resamples: int
+    n_case_resamples: int = 1000
+
+
+_SECTION_TYPES = {"data": DataSection, "demo_world": DemoWorldSection, "probe": ProbeSection,
+                  "control_probes": ControlProbesSection, "features": FeaturesSection,
+                  "bootstrap": BootstrapSection}
+
+
+def _frozen(value):
+    """Lists as tuples, so a profile's sections are immutable and hashable."""
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+@dataclass(frozen=True)
 class Profile:
-    """A validated profile. Sections are plain dicts; use the methods for paths and conditions."""
+    """A validated, immutable profile (see the module docstring for every key and its default)."""
 
     name: str
-    source: str  # the file it was read from
-    config: dict = field(repr=False)
+    source: str  #: the file it was read from
+    description: str
+    data: DataSection
+    demo_world: DemoWorldSection | None
+    datasets: tuple
+    transfer: dict  #: training dataset -> tuple of transfer dataset ids
+    robustness_transfer: tuple  #: the transfer targets whose real drop enters robustness
+    encoders: tuple
+    seeds: tuple
+    label_fractions: tuple
+    perturbations: tuple
+    severities: tuple
+    canonical_size: int | None
+    probe: ProbeSection
+    control_probes: ControlProbesSection
+    features: FeaturesSection
+    bootstrap: BootstrapSection
+    output_dir: str
+    config: dict = dataclasses.field(repr=False, compare=False)  #: the merged YAML, as validated
 
-    def __getattr__(self, key):
-        try:
-            return self.__dict__["config"][key]
-        except KeyError:
-            raise AttributeError(key) from None
+    @classmethod
+    def from_config(cls, config: dict, source: str) -> "Profile":
+        sections = {key: (None if config.get(key) is None else
+                          kind(**{k: _frozen(v) for k, v in config[key].items()}))
+                    for key, kind in _SECTION_TYPES.items()}
+        transfer = {k: tuple([v] if isinstance(v, str) else v) for k, v in config["transfer"].items()}
+        targets = [t for ts in transfer.values() for t in ts]
+        robustness = config["robustness_transfer"]
+        if robustness is None:
+            from crsrepro.vocab import PAPER_DATASETS
+            robustness = [t for t in targets if t in PAPER_DATASETS]
+        plain = {key: _frozen(config[key]) for key in ("name", "description", "datasets", "encoders", "seeds",
+                                                       "label_fractions", "perturbations", "severities",
+                                                       "canonical_size", "output_dir")}
+        return cls(source=source, transfer=transfer, robustness_transfer=tuple(robustness), config=config,
+                   **plain, **sections)
 
     def resolve_path(self, value: str, *, key: str) -> Path:
         """Expand ``${VAR}`` and make ``value`` absolute; ``key`` names it in errors."""
@@ -137,23 +264,27 @@ class Profile:
             if var == "CRSREPRO_HOME":
                 return str(crsrepro_home())
             if not os.environ.get(var):
-                raise ProfileError(f"profile {self.name!r}: key {key} uses ${{{var}}}, which is not set; "
-                                   f"export {var}=/path/to/it")
+                raise ProfileError(f"profile {self.name!r} ({self.source}): key {key} uses ${{{var}}}, which is "
+                                   f"not set; export {var}=/path/to/it")
             return os.environ[var]
         path = Path(os.path.expanduser(_VAR.sub(expand, value)))
         return path if path.is_absolute() else _base_dir() / path
 
     def dataset_root(self, dataset: str) -> Path:
         """The folder that holds ``dataset`` as released (``<data.root>/<dataset id>``)."""
-        return self.resolve_path(self.data["root"], key="data.root") / dataset
+        return self.resolve_path(self.data.root, key="data.root") / dataset
 
     @property
     def output_path(self) -> Path:
-        return self.resolve_path(self.config["output_dir"], key="output_dir")
+        return self.resolve_path(self.output_dir, key="output_dir")
 
     @property
     def feature_cache_path(self) -> Path:
-        return self.resolve_path(self.features["cache_dir"], key="features.cache_dir")
+        return self.resolve_path(self.features.cache_dir, key="features.cache_dir")
+
+    def transfer_targets(self, dataset: str) -> tuple:
+        """The datasets a probe trained on ``dataset`` is scored on without retraining."""
+        return self.transfer.get(dataset, ())
 
     def all_datasets(self) -> list[str]:
         """The training datasets, then the transfer targets that are not among them.
@@ -161,19 +292,16 @@ class Profile:
         >>> load_profile("paper").all_datasets()
         ['isic2019', 'aptos2019', 'chexpert', 'mimic_cxr']
         """
-        return list(dict.fromkeys([*self.datasets, *self.transfer.values()]))
+        return list(dict.fromkeys([*self.datasets, *(t for ts in self.transfer.values() for t in ts)]))
 
     def conditions(self) -> list[str]:
         """The test conditions: ``clean`` then ``<perturbation>@<severity>`` (DESIGN.md section 7)."""
-        return ["clean"] + [f"{p}@{s}" for p in self.perturbations for s in self.severities]
+        return ["clean"] + [condition_name(p, s) for p in self.perturbations for s in self.severities]
 
-    def canonical_size_for(self, dataset: str) -> int | None:
-        """The size at which test images are degraded once (None: the stored size)."""
-        if self.config.get("canonical_size"):
-            return self.config["canonical_size"]
-        if self.config.get("demo_world"):
-            return self.demo_world["image_size"]
-        return None
+    def fingerprint(self) -> str:
+        """The content key of the validated configuration (what a results table was computed for)."""
+        from crsrepro.io import content_key
+        return content_key(profile=self.config)
 
 
 def crsrepro_home() -> Path:
@@ -231,6 +359,18 @@ def _resolve_includes(data: dict, path: Path, seen: tuple = ()) -> dict:
     return _merge(parent, data)
 
 
+def _with_defaults(config: dict) -> dict:
+    """``config`` with every optional key of :data:`DEFAULTS` filled in (sections key by key)."""
+    out = copy.deepcopy(config)
+    for key, default in DEFAULTS.items():
+        if key in _SECTIONS and isinstance(default, dict):
+            if isinstance(out.get(key), dict):
+                out[key] = {**default, **out[key]}
+        else:
+            out.setdefault(key, copy.deepcopy(default))
+    return out
+
+
 def _validate(config: dict, schema: dict, where: str, prefix: str = "") -> None:
     for key in config:
         if key not in schema:
@@ -239,10 +379,10 @@ def _validate(config: dict, schema: dict, where: str, prefix: str = "") -> None:
     for key, check in schema.items():
         dotted = f"{prefix}{key}"
         if key not in config:
-            if prefix or key not in OPTIONAL:
-                raise ProfileError(f"profile {where}: missing key {dotted}")
-            continue
+            raise ProfileError(f"profile {where}: missing key {dotted}")
         value = config[key]
+        if value is None and dotted in _NULLABLE:
+            continue
         if isinstance(check, dict):
             if not isinstance(value, dict):
                 raise ProfileError(f"profile {where}: key {dotted} must be a mapping")
@@ -253,20 +393,26 @@ def _validate(config: dict, schema: dict, where: str, prefix: str = "") -> None:
             raise ProfileError(f"profile {where}: key {dotted} must be {expected}, got {value!r}")
 
 
+_NULLABLE = ({key for key, default in DEFAULTS.items() if default is None}
+             | {f"{key}.{k}" for key, section in DEFAULTS.items() if isinstance(section, dict)
+                for k, v in section.items() if v is None})
+
+
 def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | None = None) -> Profile:
-    """Read, merge and validate a profile.
+    """Read, merge, fill in defaults and validate a profile.
 
     Parameters
     ----------
     name_or_path : str or path
-        A shipped profile name (``demo``, ``smoke``, ``paper``) or the path of a YAML file.
+        A shipped profile name (``demo``, ``smoke``, ``paper``, ``real-mini``) or the path of a YAML file.
     overrides : dict, optional
         Keys to override after includes are merged (sections merge key by key).
 
     Raises
     ------
     ProfileError
-        The profile does not exist, or a key is unknown, missing or has a bad value.
+        The profile does not exist, or a key is unknown, missing or has a bad value; the message names
+        the file and the key.
 
     Examples
     --------
@@ -274,18 +420,21 @@ def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | 
     'smoke'
     >>> load_profile("paper").conditions()[:2]
     ['clean', 'gaussian_blur@1']
+    >>> load_profile("paper").probe.c_selection
+    'nested_val'
     """
     data, path = _read_yaml(name_or_path)
     data = _resolve_includes(data, path, (path.stem,))
     if overrides:
         data = _merge(data, overrides)
-    _validate(data, SCHEMA, repr(data.get("name", path.stem)))
-    if data["data"]["source"] == "demo_world" and "demo_world" not in data:
-        raise ProfileError(f"profile {data['name']!r}: data.source is demo_world but key demo_world is missing")
-    unknown = set(data.get("transfer", {})) - set(data["datasets"])
+    where = f"{data.get('name', path.stem)!r} ({path})"
+    data = _with_defaults(data)
+    _validate(data, SCHEMA, where)
+    if data["data"]["source"] == "demo_world" and data["demo_world"] is None:
+        raise ProfileError(f"profile {where}: data.source is demo_world but key demo_world is missing")
+    unknown = set(data["transfer"]) - set(data["datasets"])
     if unknown:
-        raise ProfileError(f"profile {data['name']!r}: key transfer names {sorted(unknown)}, "
-                           f"which are not in datasets")
+        raise ProfileError(f"profile {where}: key transfer names {sorted(unknown)}, which are not in datasets")
     if 1.0 not in data["label_fractions"]:
-        raise ProfileError(f"profile {data['name']!r}: key label_fractions must include 1.0 (the full-label reference)")
-    return Profile(name=data["name"], source=str(path), config=data)
+        raise ProfileError(f"profile {where}: key label_fractions must include 1.0 (the full-label reference)")
+    return Profile.from_config(data, str(path))

@@ -1,0 +1,223 @@
+"""One analysis object per run: what every chapter and the claims page read (DESIGN.md section 12).
+
+:class:`RunAnalysis` holds a profile's merged results table and computes, once each and on first use,
+everything the book shows: the runs table, the per-seed and per-cell reliability profiles, the frozen
+reference frame, the CRS scores and their aggregate, the rank agreement, the seed-paired bootstrap and
+every analysis of the paper. Chapters and the claims page read the same object, so they cannot show
+two different numbers for one quantity, and nothing is computed twice.
+
+>>> from crsrepro.analysis import RunAnalysis
+>>> analysis = RunAnalysis.load("smoke")          # doctest: +SKIP
+>>> analysis.aggregate.head(3)                     # doctest: +SKIP
+
+:meth:`RunAnalysis.load` reads ``<output_dir>/results.parquet``; it runs the grid only when asked
+(``run=True``), when the table is missing, or when it was computed for another version of the profile
+(its recorded fingerprint differs). Reading never writes the frame: ``crsrepro freeze-frame`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+from pathlib import Path
+
+import pandas as pd
+
+from crsrepro.errors import CrsreproError
+from crsrepro.profiles import Profile, load_profile
+from crsrepro.results import ResultStore, keys_hash, runs_table
+from crsrepro.vocab import MEDICAL_FAMILIES, is_transfer
+
+logger = logging.getLogger(__name__)
+
+
+class RunAnalysis:
+    """The analyses of one run of a profile, computed on first use and cached.
+
+    Parameters
+    ----------
+    profile : Profile or str
+    results : DataFrame
+        The tidy results table (:mod:`crsrepro.results`).
+    manifest_dir : path, optional
+        Where the frozen frame and manifests live (:func:`crsrepro.io.manifest_dir`).
+    rng : int, default 0
+        The seed of every resampling analysis (bootstrap, insertion experiment).
+    """
+
+    def __init__(self, profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None,
+                 rng: int = 0):
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.results = results
+        self.manifest_dir = manifest_dir
+        self.rng = rng
+
+    @classmethod
+    def load(cls, profile: Profile | str, *, run: bool = False, manifest_dir: Path | None = None,
+             progress: bool = False, rng: int = 0) -> "RunAnalysis":
+        """The analysis of ``profile``'s results, running the grid only when needed (see the module docstring)."""
+        from crsrepro.grid import run_grid
+
+        profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        path = ResultStore(profile.output_path).merged_path
+        results = pd.read_parquet(path) if path.is_file() and not run else None
+        if results is not None and results.attrs.get("profile_fingerprint") != profile.fingerprint():
+            logger.info("%s was computed for another version of profile %s; updating it", path, profile.name)
+            results = None
+        if results is None:
+            results = run_grid(profile, manifest_dir=manifest_dir, progress=progress)
+        return cls(profile, results, manifest_dir=manifest_dir, rng=rng)
+
+    # ------------------------------------------------------------------ the tables
+    @cached_property
+    def results_hash(self) -> str:
+        """The hash of the results table (:func:`crsrepro.results.keys_hash` of its row-sets)."""
+        return self.results.attrs.get("keys_hash") or keys_hash(self.results["rowset"].unique().tolist())
+
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        """One row per run, one column per metric (:func:`crsrepro.results.runs_table`), without the
+        transfer conditions that the profile keeps out of robustness (``robustness_transfer``)."""
+        runs = runs_table(self.results)
+        kept = runs["condition"].map(lambda c: not is_transfer(c) or c in self.profile.robustness_transfer)
+        return runs[kept].reset_index(drop=True)
+
+    @cached_property
+    def all_runs(self) -> pd.DataFrame:
+        """Every run, including transfer sets outside robustness (e.g. NIH ChestX-ray14)."""
+        return runs_table(self.results)
+
+    @cached_property
+    def reliability_profiles(self) -> pd.DataFrame:
+        """Per (encoder, dataset, seed): the four raw dimensions (DESIGN.md section 8)."""
+        from crsrepro.crs import cell_profiles
+
+        return cell_profiles(self.runs)
+
+    @cached_property
+    def cell_means(self) -> pd.DataFrame:
+        """Per (encoder, dataset): the four raw dimensions averaged over seeds."""
+        from crsrepro.crs import cell_means
+
+        return cell_means(self.reliability_profiles)
+
+    # ------------------------------------------------------------------ the frame and the CRS
+    @cached_property
+    def frame(self):
+        """The profile's frozen reference frame (read only; :func:`crsrepro.grid.freeze_frame` writes it)."""
+        from crsrepro.grid import reference_frame
+
+        return reference_frame(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def frame_warning(self) -> str | None:
+        """A one-line warning when the frame was frozen from other results than these, else None."""
+        message = self.frame.check_results(self.results_hash)
+        if message:
+            logger.warning(message)
+        return message
+
+    @cached_property
+    def scores(self) -> pd.DataFrame:
+        """The CRS and its components per cell, against the frozen frame."""
+        from crsrepro.crs import crs_scores
+
+        return crs_scores(self.reliability_profiles, self.frame)
+
+    @cached_property
+    def aggregate(self) -> pd.DataFrame:
+        """Per encoder: mean CRS and AUROC over its cells, with both ranks, best CRS first."""
+        from crsrepro.crs import aggregate_crs
+
+        return aggregate_crs(self.scores)
+
+    @cached_property
+    def rank_agreement(self):
+        """AUROC order vs CRS order: Kendall tau-b, Spearman rho, reversed pairs, rank shifts."""
+        from crsrepro.stats import rank_agreement
+
+        return rank_agreement(self.aggregate["auroc"].to_dict(), self.aggregate["crs"].to_dict())
+
+    @cached_property
+    def bootstrap(self):
+        """The seed-paired bootstrap (``bootstrap.n_resamples`` replicates, DESIGN.md section 10)."""
+        from crsrepro.stats import seed_paired_bootstrap
+
+        return seed_paired_bootstrap(self.reliability_profiles, self.frame,
+                                     n_resamples=self.profile.bootstrap.n_resamples, rng=self.rng)
+
+    # ------------------------------------------------------------------ the paper's analyses
+    @cached_property
+    def insertion(self):
+        """The insertion experiment: 3 encoders into a panel, fixed anchors vs cohort normalisation."""
+        from crsrepro.stats import insertion_experiment
+
+        n_encoders = self.reliability_profiles["encoder"].nunique()
+        if n_encoders < 5:
+            raise CrsreproError(f"the insertion experiment needs at least 5 encoders, this run has {n_encoders}")
+        return insertion_experiment(self.reliability_profiles, panel_size=min(12, n_encoders - 3), rng=self.rng)
+
+    def external_validity(self, source: str = "chexpert", target: str = "mimic_cxr"):
+        """CRS without the transfer term vs transfer AUROC, against source AUROC (DESIGN.md section 10)."""
+        from crsrepro.stats import external_validity
+
+        return external_validity(self.runs, source=source, target=target)
+
+    @cached_property
+    def leave_one_dataset_out(self) -> pd.DataFrame:
+        from crsrepro.stats import leave_one_dataset_out
+
+        return leave_one_dataset_out(self.scores)
+
+    @cached_property
+    def control_agreement(self) -> pd.DataFrame:
+        """AUROC rank agreement of the MLP and k-NN controls with the linear probe, per dataset."""
+        from crsrepro.stats import control_probe_agreement
+
+        return control_probe_agreement(self.runs)
+
+    @cached_property
+    def recalibration(self):
+        """ECE before and after each recalibrator, per cell and overall."""
+        from crsrepro.stats import recalibration_summary
+
+        return recalibration_summary(self.runs)
+
+    @cached_property
+    def degradation(self):
+        """ECE rise and AUROC drop under the perturbations, and their correlation over cells."""
+        from crsrepro.stats import calibration_under_degradation
+
+        return calibration_under_degradation(self.runs)
+
+    def transfer_test(self, source: str = "chexpert", target: str = "mimic_cxr"):
+        """Welch's t-test on transfer AUROC, medical-pretrained vs general encoders."""
+        from crsrepro.stats import welch_transfer_test
+
+        return welch_transfer_test(self.all_runs, source=source, target=target, medical_families=MEDICAL_FAMILIES)
+
+    @cached_property
+    def aulc_vs_retention(self):
+        from crsrepro.stats import aulc_vs_retention
+
+        return aulc_vs_retention(self.runs)
+
+    def absolute_label_efficiency(self, fraction: float = 0.01, reference_encoder: str = "general.vit_b16"):
+        from crsrepro.stats import absolute_label_efficiency
+
+        return absolute_label_efficiency(self.runs, fraction=fraction, reference_encoder=reference_encoder)
+
+    # ------------------------------------------------------------------ the claims page
+    @cached_property
+    def measurements(self) -> dict:
+        """Every measurement the claims file names that this run supports (:mod:`crsrepro.measurements`)."""
+        from crsrepro.measurements import measure
+
+        return measure(self)
+
+    @cached_property
+    def claims(self) -> pd.DataFrame:
+        """The claims table: the paper's numbers beside this run's (:func:`crsrepro.claims.claims_table`)."""
+        from crsrepro.claims import claims_table, load_claims
+
+        return claims_table(load_claims(), self.measurements, profile_name=self.profile.name)
