@@ -71,11 +71,20 @@ ISIC_ROWS = [("ISIC_0000000", "NV", "HAM_0000001"), ("ISIC_0000001", "NV", "HAM_
 
 
 def test_specs():
-    assert set(DATASETS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr"}
+    assert set(DATASETS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr", "isic2017", "nih_cxr14", "kermany_cxr"}
     assert {s.task for s in DATASETS.values()} <= set(TASKS)
     assert DATASETS["isic2019"].label_names == ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
     assert DATASETS["mimic_cxr"].label_names == DATASETS["chexpert"].label_names
     assert not DATASETS["mimic_cxr"].trainable
+    assert DATASETS["kermany_cxr"].options == ("n_classes",)
+
+
+def test_unknown_option_and_images_policy(tmp_path):
+    write_aptos(tmp_path, [("a1", 2)])
+    with pytest.raises(ValueError, match=r"dataset aptos2019 has no option n_classes \(its options: none\)"):
+        load_dataset("aptos2019", tmp_path, n_classes=2)
+    with pytest.raises(ValueError, match=r"images must be one of"):
+        load_dataset("aptos2019", tmp_path, images="some")
 
 
 # ---------------------------------------------------------------- ISIC 2019
@@ -113,12 +122,20 @@ def test_isic_missing_metadata_row_and_missing_column(tmp_path):
         load_dataset("isic2019", tmp_path)
 
 
-def test_missing_image_names_file_and_line(tmp_path):
+def test_missing_image_names_file_and_line_unless_present_only(tmp_path, caplog):
     write_isic(tmp_path, ISIC_ROWS)
     (tmp_path / "ISIC_2019_Training_Input" / "ISIC_0000001.jpg").unlink()
     with pytest.raises(DataError, match=r"GroundTruth.csv: line 3: image file .*ISIC_0000001.jpg does not exist "
                                         r"\(1 of 4 listed images are missing\)"):
         load_dataset("isic2019", tmp_path)
+    with caplog.at_level(logging.INFO):
+        df = load_dataset("isic2019", tmp_path, images="present-only")
+    assert df["image_id"].tolist() == ["ISIC_0000000", "ISIC_0000002_downsampled", "ISIC_0000003"]
+    assert "left out 1 of 4 rows: listed images whose file is absent" in caplog.text
+    for path in (tmp_path / "ISIC_2019_Training_Input").iterdir():
+        path.unlink()
+    with pytest.raises(DataError, match=r"GroundTruth.csv: none of its 4 listed image files exists"):
+        load_dataset("isic2019", tmp_path, images="present-only")
 
 
 # ---------------------------------------------------------------- APTOS 2019
