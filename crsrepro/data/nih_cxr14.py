@@ -19,6 +19,7 @@ that exist and counts the rest in the log, for a user who has downloaded only so
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -65,7 +66,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
 
     df = pd.DataFrame({
         "image_id": raw["Image Index"].str.replace(r"\.png$", "", regex=True).to_numpy(),
-        "path": [str((root / IMAGE_DIR / name).absolute()) for name in raw["Image Index"]],
+        "path": (str((root / IMAGE_DIR).absolute()) + os.sep + raw["Image Index"]).to_numpy(),  # 112k rows: no Path per row
         "group": raw["Patient ID"].str.strip().to_numpy(),
         **{name: dummies[name].to_numpy() for name in [*LABEL_NAMES, NO_FINDING]},
         "view": view.to_numpy(),
