@@ -20,6 +20,7 @@ from PIL import Image
 
 from crsrepro.data import label_matrix, load_dataset
 from crsrepro.data._common import CHEXPERT_LABELS
+from crsrepro.data.isic2017 import SPLITS as ISIC2017_SPLITS
 from crsrepro.data.label_maps import CHEXPERT_TO_NIH, align_chexpert_to_nih
 from crsrepro.errors import DataError
 
@@ -51,8 +52,7 @@ def _counts_before_dedup(df: pd.DataFrame) -> dict:
 def _split_of_dropped(df: pd.DataFrame, image_id: str) -> str:
     if df.attrs["dataset"] == "kermany_cxr":
         return image_id.split("/")[0]
-    from crsrepro.data.isic2017 import SPLITS
-    return next(s for s, prefix in SPLITS.items() if (Path(df.attrs["root"]) / f"{prefix}_Data" / f"{image_id}.jpg").exists())
+    return next(s for s, prefix in ISIC2017_SPLITS.items() if (Path(df.attrs["root"]) / f"{prefix}_Data" / f"{image_id}.jpg").exists())
 
 
 # ---------------------------------------------------------------- ISIC 2017
