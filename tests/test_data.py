@@ -71,11 +71,20 @@ ISIC_ROWS = [("ISIC_0000000", "NV", "HAM_0000001"), ("ISIC_0000001", "NV", "HAM_
 
 
 def test_specs():
-    assert set(DATASETS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr"}
+    assert set(DATASETS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr", "isic2017", "nih_cxr14", "kermany_cxr"}
     assert {s.task for s in DATASETS.values()} <= set(TASKS)
     assert DATASETS["isic2019"].label_names == ("MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC")
     assert DATASETS["mimic_cxr"].label_names == DATASETS["chexpert"].label_names
     assert not DATASETS["mimic_cxr"].trainable
+    assert DATASETS["kermany_cxr"].options == ("n_classes",)
+
+
+def test_unknown_option_and_images_policy(tmp_path):
+    write_aptos(tmp_path, [("a1", 2)])
+    with pytest.raises(ValueError, match=r"dataset aptos2019 has no option n_classes \(its options: none\)"):
+        load_dataset("aptos2019", tmp_path, n_classes=2)
+    with pytest.raises(ValueError, match=r"images must be one of"):
+        load_dataset("aptos2019", tmp_path, images="some")
 
 
 # ---------------------------------------------------------------- ISIC 2019
@@ -113,12 +122,20 @@ def test_isic_missing_metadata_row_and_missing_column(tmp_path):
         load_dataset("isic2019", tmp_path)
 
 
-def test_missing_image_names_file_and_line(tmp_path):
+def test_missing_image_names_file_and_line_unless_present_only(tmp_path, caplog):
     write_isic(tmp_path, ISIC_ROWS)
     (tmp_path / "ISIC_2019_Training_Input" / "ISIC_0000001.jpg").unlink()
     with pytest.raises(DataError, match=r"GroundTruth.csv: line 3: image file .*ISIC_0000001.jpg does not exist "
                                         r"\(1 of 4 listed images are missing\)"):
         load_dataset("isic2019", tmp_path)
+    with caplog.at_level(logging.INFO):
+        df = load_dataset("isic2019", tmp_path, images="present-only")
+    assert df["image_id"].tolist() == ["ISIC_0000000", "ISIC_0000002_downsampled", "ISIC_0000003"]
+    assert "left out 1 of 4 rows: listed images whose file is absent" in caplog.text
+    for path in (tmp_path / "ISIC_2019_Training_Input").iterdir():
+        path.unlink()
+    with pytest.raises(DataError, match=r"GroundTruth.csv: none of its 4 listed image files exists"):
+        load_dataset("isic2019", tmp_path, images="present-only")
 
 
 # ---------------------------------------------------------------- APTOS 2019
@@ -259,3 +276,84 @@ def test_mimic_missing_image_and_missing_split_row_name_the_metadata_line(tmp_pa
     split[split["dicom_id"] != "aa-1"].to_csv(split_path, index=False)
     with pytest.raises(DataError, match=r"metadata.csv.gz: line 3: dicom_id aa-1 has no row in .*split.csv.gz"):
         load_dataset("mimic_cxr", tmp_path)
+
+
+# ---------------------------------------------------------------- ISIC 2017 and NIH ChestX-ray14 (issue 12)
+def write_isic2017(root, splits, metadata_inside=False):
+    """splits: {prefix: [(image_id, melanoma, seborrheic_keratosis)]}; each image gets its own pixels."""
+    for k, (prefix, rows) in enumerate(splits.items()):
+        pd.DataFrame(rows, columns=["image_id", "melanoma", "seborrheic_keratosis"]).to_csv(
+            root / f"{prefix}_Part3_GroundTruth.csv", index=False)
+        (root / f"{prefix}_Data").mkdir(exist_ok=True)
+        meta_dir = root / f"{prefix}_Data" if metadata_inside else root
+        pd.DataFrame([(i, "unknown", "male") for i, *_ in rows], columns=["image_id", "age_approximate", "sex"]).to_csv(
+            meta_dir / f"{prefix}_Data_metadata.csv", index=False)
+        for j, (image_id, *_) in enumerate(rows):
+            path = root / f"{prefix}_Data" / f"{image_id}.jpg"
+            Image.new("RGB", (8, 8), (10 * k, 10 * j, 0)).save(path)
+
+
+ISIC17 = {"ISIC-2017_Training": [("ISIC_0000000", 1.0, 0.0), ("ISIC_0000001", 0.0, 1.0)],
+          "ISIC-2017_Validation": [("ISIC_0001769", 0.0, 0.0)],
+          "ISIC-2017_Test_v2": [("ISIC_0012086", 0.0, 0.0)]}
+
+
+def test_isic2017_classes_splits_and_a_copy_across_splits(tmp_path, caplog):
+    write_isic2017(tmp_path, ISIC17, metadata_inside=True)
+    copy = tmp_path / "ISIC-2017_Test_v2_Data" / "ISIC_0012086.jpg"
+    copy.write_bytes((tmp_path / "ISIC-2017_Validation_Data" / "ISIC_0001769.jpg").read_bytes())
+    with caplog.at_level(logging.INFO):
+        df = load_dataset("isic2017", tmp_path)
+    assert df["label"].tolist() == [0, 1, 2] and df["source_split"].tolist() == ["train", "train", "validation"]
+    assert df.attrs["duplicates"] == {"ISIC_0012086": "ISIC_0001769"}
+    assert "left out 1 of 4 images: byte-identical copies" in caplog.text
+    assert df["age_approx"].isna().all() and (df["sex"] == "male").all()
+
+
+def test_isic2017_errors_name_file_and_line(tmp_path):
+    rows = dict(ISIC17, **{"ISIC-2017_Test_v2": [("ISIC_0012086", 0.0, 0.0), ("ISIC_0012087", 1.0, 1.0)]})
+    write_isic2017(tmp_path, rows)
+    with pytest.raises(DataError, match=r"Test_v2_Part3_GroundTruth.csv: line 3: image ISIC_0012087 is both melanoma"):
+        load_dataset("isic2017", tmp_path)
+    write_isic2017(tmp_path, dict(ISIC17, **{"ISIC-2017_Test_v2": [("ISIC_0000001", 0.0, 0.0)]}))
+    with pytest.raises(DataError, match=r"image ISIC_0000001 is listed in the ground truth of more than one split \(train, test\)"):
+        load_dataset("isic2017", tmp_path)
+    write_isic2017(tmp_path, ISIC17)
+    pd.DataFrame(columns=["image_id", "age_approximate", "sex"]).to_csv(tmp_path / "ISIC-2017_Validation_Data_metadata.csv")
+    with pytest.raises(DataError, match=r"Validation_Data_metadata.csv: has a header but no rows"):
+        load_dataset("isic2017", tmp_path)
+
+
+def write_nih(root, rows, present):
+    """rows: (image, finding labels, patient, view); only the images in ``present`` get a file."""
+    pd.DataFrame([{"Image Index": i, "Finding Labels": f, "Follow-up #": 0, "Patient ID": p, "Patient Age": 50,
+                   "Patient Gender": "F", "View Position": v} for i, f, p, v in rows]).to_csv(
+        root / "Data_Entry_2017_v2020.csv", index=False)
+    for image in present:
+        _image(root / "images" / image, mode="L", fmt="PNG")
+
+
+NIH = [("00000001_000.png", "Cardiomegaly|Effusion", 1, "PA"), ("00000002_000.png", "No Finding", 2, "AP"),
+       ("00000003_000.png", "Pleural_Thickening", 3, "PA")]
+
+
+def test_nih_labels_present_only_and_errors(tmp_path):
+    write_nih(tmp_path, NIH, present=[r[0] for r in NIH])
+    df = load_dataset("nih_cxr14", tmp_path)
+    assert df["image_id"].tolist() == ["00000001_000", "00000002_000", "00000003_000"]
+    assert df["Cardiomegaly"].tolist() == [1, 0, 0] and df["Effusion"].tolist() == [1, 0, 0]
+    assert df["No Finding"].tolist() == [0, 1, 0] and df["Pleural_Thickening"].tolist() == [0, 0, 1]
+    assert df["group"].tolist() == ["1", "2", "3"] and df["view"].tolist() == ["PA", "AP", "PA"]
+    write_nih(tmp_path, NIH + [("00000004_000.png", "Effusion|Fracture", 4, "PA")], present=[])
+    with pytest.raises(DataError, match=r"line 5: Finding Labels 'Effusion\|Fracture' has the unknown finding 'Fracture'"):
+        load_dataset("nih_cxr14", tmp_path)
+    write_nih(tmp_path, NIH + [("00000004_000.png", "No Finding|Mass", 4, "PA")], present=[])
+    with pytest.raises(DataError, match=r"line 5: .* must list findings or be 'No Finding' alone"):
+        load_dataset("nih_cxr14", tmp_path)
+    write_nih(tmp_path, NIH + [("00000004_000.png", "Mass", 4, "LL")], present=[])
+    with pytest.raises(DataError, match=r"line 5: View Position 'LL' is not one of PA, AP"):
+        load_dataset("nih_cxr14", tmp_path)
+    write_nih(tmp_path, NIH + [("00000004_000.png", "Mass", 4, "PA")], present=[])
+    with pytest.raises(DataError, match=r"line 5: image file .*00000004_000.png does not exist \(1 of 4"):
+        load_dataset("nih_cxr14", tmp_path)
+    assert len(load_dataset("nih_cxr14", tmp_path, images="present-only")) == 3

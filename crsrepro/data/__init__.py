@@ -1,4 +1,9 @@
-"""The data layer: real loaders for ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR (DESIGN.md section 3).
+"""The data layer: real loaders for the paper's datasets and three more public ones (DESIGN.md section 3).
+
+The paper's four: ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR. Beyond the paper (issue 12): ISIC
+2017 (:mod:`~crsrepro.data.isic2017`), NIH ChestX-ray14 (:mod:`~crsrepro.data.nih_cxr14`, a second
+real hospital for CheXpert probes, through :mod:`~crsrepro.data.label_maps`) and Kermany's paediatric
+chest radiographs (:mod:`~crsrepro.data.kermany_cxr`).
 
 :func:`load_dataset` reads a release exactly as it is laid out on disk and returns one table per
 dataset with the same columns for every dataset:
@@ -7,9 +12,11 @@ dataset with the same columns for every dataset:
   ISIC, so that no group crosses splits);
 - ``label`` (int) for the multi-class sets, or one float column per label (1.0 / 0.0 / NaN when
   masked) for the multi-label sets, named as the release names them;
-- ``source_split`` where the release defines one (CheXpert's train/valid, MIMIC's official split);
+- ``source_split`` where the release defines one (CheXpert's train/valid, MIMIC's, ISIC 2017's and
+  Kermany's official splits);
 - ``df.attrs["task"]`` (``"multiclass"`` or ``"multilabel"``) and ``df.attrs["label_names"]`` (the
-  release's column order).
+  release's column order); ``df.attrs["duplicates"]`` (dropped image_id -> kept image_id) for the
+  releases that hold byte-identical copies of an image (ISIC 2017, Kermany).
 
 :func:`prepare_dataset` adds what a run needs on top: it writes the demo world when the profile asks
 for it, attaches the frozen split manifest (:mod:`crsrepro.data.manifests`), and selects MIMIC's
@@ -28,7 +35,8 @@ import numpy as np
 import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
-from crsrepro.data import aptos2019, chexpert, isic2019, mimic_cxr
+from crsrepro.data import aptos2019, chexpert, isic2017, isic2019, kermany_cxr, mimic_cxr, nih_cxr14
+from crsrepro.data._common import IMAGE_POLICIES
 from crsrepro.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -43,15 +51,18 @@ class DatasetSpec:
     Attributes
     ----------
     id : str
-        The dataset id (``isic2019``, ``aptos2019``, ``chexpert``, ``mimic_cxr``).
+        The dataset id (``isic2019``, ``aptos2019``, ``chexpert``, ``mimic_cxr``, ``isic2017``,
+        ``nih_cxr14``, ``kermany_cxr``).
     task : str
         ``multiclass`` or ``multilabel``.
     label_names : tuple of str
-        The classes or labels, in the release's column order.
+        The classes or labels, in the release's column order (with the loader's default options).
     trainable : bool
         False for a transfer-only dataset (MIMIC-CXR: probes are applied to it, never trained on it).
     loader : module
-        The module whose ``load(root, *, u_policy)`` reads the release.
+        The module whose ``load(root, *, u_policy, images, **options)`` reads the release.
+    options : tuple of str
+        The loader's own keyword options beyond ``u_policy`` and ``images`` (Kermany's ``n_classes``).
     """
 
     id: str
@@ -59,6 +70,7 @@ class DatasetSpec:
     label_names: tuple[str, ...]
     trainable: bool
     loader: ModuleType
+    options: tuple[str, ...] = ()
 
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -67,6 +79,10 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec("aptos2019", aptos2019.TASK, tuple(aptos2019.LABEL_NAMES), True, aptos2019),
         DatasetSpec("chexpert", chexpert.TASK, tuple(chexpert.LABEL_NAMES), True, chexpert),
         DatasetSpec("mimic_cxr", mimic_cxr.TASK, tuple(mimic_cxr.LABEL_NAMES), False, mimic_cxr),
+        DatasetSpec("isic2017", isic2017.TASK, tuple(isic2017.LABEL_NAMES), True, isic2017),
+        DatasetSpec("nih_cxr14", nih_cxr14.TASK, tuple(nih_cxr14.LABEL_NAMES), True, nih_cxr14),
+        DatasetSpec("kermany_cxr", kermany_cxr.TASK, tuple(kermany_cxr.LABEL_NAMES), True, kermany_cxr,
+                    options=("n_classes",)),
     )
 }
 
@@ -85,18 +101,25 @@ def label_matrix(df: pd.DataFrame) -> np.ndarray:
     return df[list(df.attrs["label_names"])].to_numpy(dtype=float)
 
 
-def load_dataset(name: str, root, *, u_policy: str = "ignore") -> pd.DataFrame:
+def load_dataset(name: str, root, *, u_policy: str = "ignore", images: str = "all", **options) -> pd.DataFrame:
     """Read one dataset from its release layout under ``root``.
 
     Parameters
     ----------
     name : str
-        ``isic2019``, ``aptos2019``, ``chexpert`` or ``mimic_cxr``.
+        A dataset id (:data:`DATASETS`).
     root : path
         The folder that holds the release as downloaded (see each loader module for the layout).
     u_policy : {"ignore", "ones", "zeros"}
         CheXpert/MIMIC uncertain labels (-1): masked (NaN), set to 1, or set to 0 (DESIGN.md section 3,
-        [ours], default ``ignore``). Unused for the multi-class sets.
+        [ours], default ``ignore``). Unused for the other sets.
+    images : {"all", "present-only"}
+        ``all`` (default): every image the release lists must exist, else a DataError names the csv
+        line. ``present-only`` [ours]: read the listed images that exist and count and log the rest,
+        for a partial download (NIH ChestX-ray14's 12 archives). Unused by Kermany, whose images are
+        found by listing its folders.
+    **options
+        The loader's own options (``DatasetSpec.options``), e.g. ``n_classes=2`` for ``kermany_cxr``.
 
     Returns
     -------
@@ -111,13 +134,20 @@ def load_dataset(name: str, root, *, u_policy: str = "ignore") -> pd.DataFrame:
         left after filtering. The message names the file and the line.
     """
     spec = get_spec(name)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise ValueError(f"dataset {name} has no option {', '.join(unknown)} (its options: {', '.join(spec.options) or 'none'})")
+    if images not in IMAGE_POLICIES:
+        raise ValueError(f"images must be one of {IMAGE_POLICIES}, got {images!r}")
     root = Path(root).expanduser().absolute()
     if not root.is_dir():
         raise DataError(f"{root}: folder not found (expected the {name} release here)")
-    df = spec.loader.load(root, u_policy=u_policy)
+    df = spec.loader.load(root, u_policy=u_policy, images=images, **options)
     if df.empty:  # every loader already checks its own files; this guards the contract
         raise DataError(f"{root}: no usable {name} images")
-    df.attrs.update(task=spec.task, label_names=list(spec.label_names), dataset=name, root=str(root))
+    # an option may change the classes (Kermany's n_classes=2); such a loader puts its label_names in attrs
+    df.attrs.setdefault("label_names", list(spec.label_names))
+    df.attrs.update(task=spec.task, dataset=name, root=str(root))
     logger.info("%s: %d images, %d groups from %s", name, len(df), df["group"].nunique(), root)
     return df
 

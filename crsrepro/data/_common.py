@@ -6,6 +6,7 @@ line 1) so that a user can open the file and fix it (DESIGN.md section 3, "Bad i
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -18,6 +19,8 @@ from crsrepro.errors import DataError
 logger = logging.getLogger(__name__)
 
 U_POLICIES = ("ignore", "ones", "zeros")
+# What a loader does with a listed image whose file is absent (see :func:`select_images`).
+IMAGE_POLICIES = ("all", "present-only")
 
 # CheXpert's 14 labels in the order of the columns of CheXpert's train.csv; MIMIC-CXR uses the same
 # names (in alphabetical order in its own csv, reordered to this order by the MIMIC loader).
@@ -98,11 +101,61 @@ def check_unique(ids: pd.Series, path: Path, what: str) -> None:
     check_rows(~ids.duplicated().to_numpy(), path, lambda i: f"{what} {ids.iloc[i]} is listed twice")
 
 
-def check_images_exist(paths: pd.Series, *, csv_path: Path, rows=None) -> None:
-    """Raise a DataError for the first image path that does not exist (and say how many are missing)."""
+def select_images(paths: pd.Series, *, csv_path: Path, images: str = "all", rows=None) -> np.ndarray:
+    """Which listed images to keep: a boolean mask over ``paths``.
+
+    ``images="all"`` (the default) keeps every row and raises a DataError for the first image file
+    that does not exist, naming the csv line and saying how many are missing. ``images="present-only"``
+    [ours] keeps the rows whose file exists and logs how many were left out, for a user who has
+    downloaded only part of a release (for example some of NIH ChestX-ray14's 12 archives); it still
+    raises when none is present. ``rows``: as in :func:`check_rows`.
+    """
+    if images not in IMAGE_POLICIES:
+        raise ValueError(f"images must be one of {IMAGE_POLICIES}, got {images!r}")
     exists = np.fromiter((os.path.isfile(p) for p in paths), dtype=bool, count=len(paths))
-    check_rows(exists, csv_path, rows=rows, describe=lambda i: (
-        f"image file {paths.iloc[i]} does not exist ({int((~exists).sum())} of {len(paths)} listed images are missing)"))
+    if images == "all":
+        check_rows(exists, csv_path, rows=rows, describe=lambda i: (
+            f"image file {paths.iloc[i]} does not exist ({int((~exists).sum())} of {len(paths)} listed images "
+            f"are missing); images='present-only' reads the ones that exist"))
+        return exists
+    log_filtered(csv_path, int((~exists).sum()), len(paths), "listed images whose file is absent (images='present-only')")
+    if not exists.any():
+        raise DataError(f"{csv_path}: none of its {len(paths)} listed image files exists")
+    return exists
+
+
+def file_sha256(path) -> str:
+    """The SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def drop_byte_duplicates(df: pd.DataFrame, *, what: str) -> pd.DataFrame:
+    """Keep one row per distinct image file content (SHA-256 of the bytes), the first in ``df``'s order.
+
+    Some releases hold the same image file under two ids (ISIC 2017, Kermany); left in, a copy can land
+    in train and test at once. The later copies are left out and counted in the log, and
+    ``attrs["duplicates"]`` maps each dropped image_id to the kept one. Copies with different labels
+    raise a DataError naming both files (no rule can choose between them).
+    """
+    digest = pd.Series([file_sha256(p) for p in df["path"]], index=df.index)
+    first = df.groupby(digest, sort=False)["image_id"].transform("first")
+    first_label = df.groupby(digest, sort=False)["label"].transform("first")
+    conflict = np.flatnonzero(df["label"].to_numpy() != first_label.to_numpy())
+    if len(conflict):
+        i = conflict[0]
+        raise DataError(f"{df['path'].iloc[i]}: byte-identical to the image {first.iloc[i]} but labelled "
+                        f"{df['label'].iloc[i]} instead of {first_label.iloc[i]}")
+    duplicate = digest.duplicated().to_numpy()
+    dropped = dict(zip(df["image_id"][duplicate], first[duplicate]))
+    logger.info("%s: left out %d of %d images: byte-identical copies of an earlier image (%d distinct images copied)",
+                what, len(dropped), len(df), len(set(dropped.values())))
+    out = df[~duplicate].reset_index(drop=True)
+    out.attrs["duplicates"] = dropped
+    return out
 
 
 def log_filtered(path: Path, n_removed: int, n_total: int, reason: str) -> None:

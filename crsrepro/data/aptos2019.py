@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crsrepro.data._common import check_images_exist, check_rows, check_unique, read_csv
+from crsrepro.data._common import check_rows, check_unique, read_csv, select_images
 
 LABEL_NAMES = ["No DR", "Mild", "Moderate", "Severe", "Proliferative DR"]
 TASK = "multiclass"
@@ -22,7 +22,7 @@ TRAIN_CSV = "train.csv"
 IMAGE_DIR = "train_images"
 
 
-def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
+def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.DataFrame:
     """Read APTOS 2019 from ``root``; ``u_policy`` is accepted for a uniform signature and unused.
 
     Returns
@@ -42,5 +42,4 @@ def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
         "group": raw["id_code"].to_numpy(),
         "label": grade.astype(int).to_numpy(),
     })
-    check_images_exist(df["path"], csv_path=csv_path)
-    return df
+    return df[select_images(df["path"], csv_path=csv_path, images=images)].reset_index(drop=True)

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import (CHEXPERT_LABELS, check_images_exist, check_rows, check_unique, log_filtered,
-                                   parse_chexpert_labels, read_csv)
+from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
+                                   read_csv, select_images)
 from crsrepro.errors import DataError
 
 LABEL_NAMES = list(CHEXPERT_LABELS)
@@ -40,7 +40,7 @@ def find_release(root: Path) -> Path:
                     f"{' or '.join(str(root / d / 'train.csv') for d in RELEASE_DIRS)})")
 
 
-def _load_split(root: Path, csv_path: Path, split: str, u_policy: str) -> pd.DataFrame:
+def _load_split(root: Path, csv_path: Path, split: str, u_policy: str, images: str) -> pd.DataFrame:
     raw = read_csv(csv_path, COLUMNS, f"the CheXpert {split} csv")
     view = raw["Frontal/Lateral"].str.strip()
     check_rows(view.isin(["Frontal", "Lateral"]), csv_path,
@@ -67,11 +67,10 @@ def _load_split(root: Path, csv_path: Path, split: str, u_policy: str) -> pd.Dat
         "view": raw["AP/PA"].to_numpy(),
     })
     check_unique(df["image_id"], csv_path, "Path")
-    check_images_exist(df["path"], csv_path=csv_path, rows=frontal)
-    return df
+    return df[select_images(df["path"], csv_path=csv_path, rows=frontal, images=images)].reset_index(drop=True)
 
 
-def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
+def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.DataFrame:
     """Read CheXpert (train + valid, frontal views) from ``root``.
 
     Returns
@@ -81,5 +80,5 @@ def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
         columns (1.0 / 0.0 / NaN when masked), source_split, sex, age, view (AP/PA).
     """
     release = find_release(root)
-    parts = [_load_split(root, release / name, split, u_policy) for split, name in SPLIT_FILES.items()]
+    parts = [_load_split(root, release / name, split, u_policy, images) for split, name in SPLIT_FILES.items()]
     return pd.concat(parts, ignore_index=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import check_images_exist, check_rows, check_unique, read_csv
+from crsrepro.data._common import check_rows, check_unique, read_csv, select_images
 
 LABEL_NAMES = ["MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC"]
 TASK = "multiclass"
@@ -28,7 +28,7 @@ METADATA = "ISIC_2019_Training_Metadata.csv"
 IMAGE_DIR = "ISIC_2019_Training_Input"
 
 
-def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
+def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.DataFrame:
     """Read ISIC 2019 from ``root``; ``u_policy`` is accepted for a uniform signature and unused.
 
     Returns
@@ -70,5 +70,4 @@ def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
         "anatom_site_general": meta["anatom_site_general"].to_numpy(),
         "sex": meta["sex"].to_numpy(),
     })
-    check_images_exist(df["path"], csv_path=gt_path)
-    return df
+    return df[select_images(df["path"], csv_path=gt_path, images=images)].reset_index(drop=True)

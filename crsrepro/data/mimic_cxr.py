@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import (CHEXPERT_LABELS, check_images_exist, check_rows, check_unique, log_filtered,
-                                   parse_chexpert_labels, read_csv)
+from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
+                                   read_csv, select_images)
 from crsrepro.errors import DataError
 
 LABEL_NAMES = list(CHEXPERT_LABELS)
@@ -41,7 +41,7 @@ def image_path(root: Path, subject_id: str, study_id: str, dicom_id: str) -> Pat
     return root / "files" / f"p{subject_id[:2]}" / f"p{subject_id}" / f"s{study_id}" / f"{dicom_id}.jpg"
 
 
-def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
+def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.DataFrame:
     """Read MIMIC-CXR-JPG (frontal views, all official splits) from ``root``.
 
     Returns
@@ -89,5 +89,4 @@ def load(root: Path, *, u_policy: str = "ignore") -> pd.DataFrame:
         "study_id": meta["study_id"].to_numpy(),
         "view": meta["ViewPosition"].to_numpy(),
     })
-    check_images_exist(df["path"], csv_path=meta_path, rows=meta["row"])
-    return df
+    return df[select_images(df["path"], csv_path=meta_path, rows=meta["row"], images=images)].reset_index(drop=True)
