@@ -118,7 +118,7 @@ class _Transfer:
 
     name: str
     images_key: str
-    split: _Split
+    split: _Split  # every image of the transfer set (no probe is trained on it), its shared labels
     columns: np.ndarray  # indices into the source dataset's labels, one per transfer label column
 
 
@@ -144,13 +144,20 @@ def _images_and_labels(table: pd.DataFrame) -> _Split:
     return _Split(table[["image_id", "path"]].reset_index(drop=True), label_matrix(table))
 
 
-def _transfer_columns(source: list[str], target: list[str], target_name: str, dataset: str) -> np.ndarray:
-    """Where each of the transfer set's labels sits among the source dataset's labels."""
-    missing = [name for name in target if name not in source]
-    if missing:
-        raise CrsreproError(f"{target_name}: its labels {missing} are not among {dataset}'s {source}; "
-                            f"a probe cannot be transferred")
-    return np.array([source.index(name) for name in target])
+def _transfer_labels(source: list[str], dataset: str, target: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The transfer set's labels that the source probe can be scored on, and where each sits among the
+    source's labels: every label when the two share them (CheXpert -> MIMIC-CXR), else the shared
+    labels of a documented label map (CheXpert -> NIH ChestX-ray14, :mod:`crsrepro.data.label_maps`)."""
+    from crsrepro.data import label_matrix
+    from crsrepro.data.label_maps import CHEXPERT_TO_NIH
+
+    names, name = list(target.attrs["label_names"]), target.attrs["dataset"]
+    if names == source:
+        return label_matrix(target), np.arange(len(source))
+    if (dataset, name) == ("chexpert", "nih_cxr14"):
+        return target[list(CHEXPERT_TO_NIH.values())].to_numpy(float), np.array([source.index(k) for k in CHEXPERT_TO_NIH])
+    raise CrsreproError(f"{name}: its labels {names} are not {dataset}'s {source} and no label map joins them; "
+                        f"a probe cannot be transferred")
 
 
 def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress: bool) -> _DatasetView:
@@ -176,9 +183,9 @@ def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress
     transfers = []
     for target in profile.transfer_targets(dataset):
         ttable = prepare_dataset(profile, target, manifest_dir=manifest_dir, progress=progress)
-        columns = _transfer_columns(list(attrs["label_names"]), list(ttable.attrs["label_names"]), target, dataset)
-        transfers.append(_Transfer(target, dataset_content_key(profile, target, ttable),
-                                   _images_and_labels(ttable), columns))
+        labels, columns = _transfer_labels(list(attrs["label_names"]), dataset, ttable)
+        split = _Split(ttable[["image_id", "path"]].reset_index(drop=True), labels)
+        transfers.append(_Transfer(target, dataset_content_key(profile, target, ttable), split, columns))
     return _DatasetView(dataset, attrs["task"], list(attrs["label_names"]),
                         dataset_content_key(profile, dataset, table), _images_and_labels(pool_table),
                         _images_and_labels(test_table), seed_rows, seed_hash, transfers)

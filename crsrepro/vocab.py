@@ -14,6 +14,10 @@ DATASET_IDS = PAPER_DATASETS + EXTRA_DATASETS
 
 TASKS = ("multiclass", "multilabel")
 
+#: What a loader does with a listed image that is not on disk: ``all`` (strict: an error naming the
+#: csv line) or ``present-only`` (read what exists; count and log the rest, for partial downloads).
+IMAGE_POLICIES = ("all", "present-only")
+
 #: CheXpert's uncertain (-1) labels [ours]: masked out (ignore), or read as 1 or 0.
 U_POLICIES = ("ignore", "ones", "zeros")
 

@@ -77,7 +77,7 @@ def test_optional_keys_get_their_documented_defaults(tmp_path):
     profile = load_profile(_write(tmp_path, data))
     assert profile.transfer == {} and profile.transfer_targets("chexpert") == ()
     assert profile.all_datasets() == ["isic2019", "aptos2019", "chexpert"]
-    assert profile.probe.c_selection == "nested_val" and profile.data.images == "strict"
+    assert profile.probe.c_selection == "nested_val" and profile.data.images == "all"
     assert profile.control_probes.label_fractions is None and profile.canonical_size is None
 
 

@@ -169,6 +169,28 @@ def read_image(path) -> Image.Image:
         raise DataError(f"{path}: corrupt or unreadable image ({exc})") from None
 
 
+def subsample_groups(df: pd.DataFrame, n_images: int) -> pd.DataFrame:
+    """Whole groups (patients, lesions) in the order of the SHA-256 of their ids, until ``n_images``
+    images are kept [ours: ``data.subsample``, for a small profile on a large release]. Deterministic
+    and independent of the row order; the count kept and left out is logged."""
+    import hashlib
+
+    groups = df["group"].astype(str)
+    order = sorted(groups.unique(), key=lambda g: hashlib.sha256(g.encode()).hexdigest())
+    sizes = groups.value_counts()
+    kept, total = [], 0
+    for group in order:
+        if total >= n_images:
+            break
+        kept.append(group)
+        total += int(sizes[group])
+    out = df[groups.isin(set(kept))]
+    out.attrs = dict(df.attrs)
+    logger.info("%s: data.subsample kept %d of %d images (%d of %d groups)", df.attrs.get("dataset"), len(out),
+                len(df), len(kept), len(order))
+    return out
+
+
 def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = True) -> pd.DataFrame:
     """Load ``name`` as a run of ``profile`` needs it: with a ``split`` column, rows sorted by image_id.
 
@@ -179,6 +201,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
       :func:`crsrepro.data.manifests.load_or_create_manifest`): ``split`` is ``test`` or ``pool``, and
       ``seed_<s>`` is run seed s's ``train`` / ``val`` / ``test`` assignment.
     - MIMIC-CXR (transfer only) keeps its official ``test`` split, with ``split = "transfer"``.
+    - ``data.subsample`` keeps whole groups of a dataset up to a number of images (:func:`subsample_groups`).
 
     Parameters
     ----------
@@ -195,7 +218,9 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
 
     spec = get_spec(name)
     ensure_demo_world(profile, progress=progress)
-    df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data.u_policy)
+    df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data.u_policy, images=profile.data.images)
+    if name in profile.data.subsample:
+        df = subsample_groups(df, profile.data.subsample[name])
     attrs = dict(df.attrs)
     if spec.trainable:
         from crsrepro.io import manifest_dir as default_manifest_dir

@@ -15,12 +15,12 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.errors import DataError
+from crsrepro.vocab import IMAGE_POLICIES
 
 logger = logging.getLogger(__name__)
 
 U_POLICIES = ("ignore", "ones", "zeros")
 # What a loader does with a listed image whose file is absent (see :func:`select_images`).
-IMAGE_POLICIES = ("all", "present-only")
 
 # CheXpert's 14 labels in the order of the columns of CheXpert's train.csv; MIMIC-CXR uses the same
 # names (in alphabetical order in its own csv, reordered to this order by the MIMIC loader).

@@ -21,7 +21,7 @@ from crsrepro.io import content_key
 
 def dataset_content_key(profile, dataset: str, images: pd.DataFrame) -> str:
     """The content key of ``images`` (columns ``image_id`` and ``path``) of ``dataset`` under ``profile``."""
-    if profile.data.source == "demo_world":
+    if profile.data.source == "demo_world" and dataset in profile.demo_world.n_images:
         from crsrepro.data.demo_world import world_params
 
         world = profile.demo_world

@@ -30,13 +30,12 @@ from typing import Any
 import yaml
 
 from crsrepro.errors import ProfileError
-from crsrepro.vocab import CONTROL_PROBES, DATASET_IDS, PERTURBATIONS, U_POLICIES, condition_name
+from crsrepro.vocab import CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, U_POLICIES, condition_name
 
 PROFILE_DIR = Path(__file__).parent
 PERTURBATION_NAMES = PERTURBATIONS
 PROBE_BACKENDS = ("torch", "sklearn")
 DATA_SOURCES = ("demo_world", "local")
-IMAGE_POLICIES = ("strict", "present-only")
 C_SELECTIONS = ("nested_val", "full_val")
 
 
@@ -97,6 +96,12 @@ SCHEMA: dict[str, Any] = {
         "u_policy": _choice(U_POLICIES),
         "split_seed": _nonneg_int,
         "images": _choice(IMAGE_POLICIES),
+        "folders": _scalar(lambda v: isinstance(v, dict) and set(v) <= set(DATASET_IDS)
+                           and all(isinstance(f, str) and f for f in v.values()),
+                           "a mapping from dataset ids to folder names"),
+        "subsample": _scalar(lambda v: isinstance(v, dict) and set(v) <= set(DATASET_IDS)
+                             and all(_is_int(n) and n > 0 for n in v.values()),
+                             "a mapping from dataset ids to positive image counts"),
     },
     "demo_world": {"seed": _nonneg_int, "image_size": _pos_int, "n_images": _dataset_counts},
     "datasets": _list_of(lambda x: x in _TRAINABLE, f"ids among {', '.join(_TRAINABLE)}"),
@@ -133,7 +138,7 @@ DEFAULTS: dict[str, Any] = {
     "transfer": {},
     "robustness_transfer": None,  # None: the paper's transfer targets (MIMIC-CXR) enter robustness
     "canonical_size": None,  # [ours] None: the largest input size in the panel (DESIGN.md section 6)
-    "data": {"images": "strict"},
+    "data": {"images": "all", "folders": {}, "subsample": {}},
     "probe": {"c_selection": "nested_val"},  # [ours] C chosen on a val subset of the same label fraction
     "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
     # None: the controls run on every label fraction and condition (the paper's "both control probes")
@@ -151,7 +156,9 @@ class DataSection:
     root: str  #: the folder holding one sub-folder per dataset id
     u_policy: str  #: [ours] CheXpert's uncertain labels: ignore | ones | zeros
     split_seed: int  #: [ours] the seed of the fixed test split
-    images: str = "strict"  #: ``strict`` (a listed image that is missing is an error) or ``present-only``
+    images: str = "all"  #: ``all`` (strict: a listed image that is missing is an error) or ``present-only``
+    folders: dict = dataclasses.field(default_factory=dict)  #: dataset id -> its folder under root, where it differs
+    subsample: dict = dataclasses.field(default_factory=dict)  #: [ours] dataset id -> images kept (whole groups)
 
 
 @dataclass(frozen=True)
@@ -271,8 +278,9 @@ class Profile:
         return path if path.is_absolute() else _base_dir() / path
 
     def dataset_root(self, dataset: str) -> Path:
-        """The folder that holds ``dataset`` as released (``<data.root>/<dataset id>``)."""
-        return self.resolve_path(self.data.root, key="data.root") / dataset
+        """The folder that holds ``dataset`` as released: ``<data.root>/<dataset id>``, or the folder that
+        ``data.folders`` names for it."""
+        return self.resolve_path(self.data.root, key="data.root") / self.data.folders.get(dataset, dataset)
 
     @property
     def output_path(self) -> Path:
