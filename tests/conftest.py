@@ -28,9 +28,11 @@ class BuiltBook:
     html: Path
 
     def pages(self) -> list[Path]:
-        """Every chapter page of the book (Sphinx's search and index pages left out)."""
+        """Every page a reader reads: Sphinx's search and index pages and Jupyter Book's root
+        ``index.html`` (a one-line redirect to the intro) left out."""
         return sorted(p for p in self.html.rglob("*.html")
-                      if p.name not in {"search.html", "genindex.html"} and "_static" not in p.parts)
+                      if p.name not in {"search.html", "genindex.html"} and "_static" not in p.parts
+                      and 'http-equiv="Refresh"' not in p.read_text()[:200])
 
 
 @pytest.fixture(scope="session")
