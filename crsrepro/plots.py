@@ -322,7 +322,7 @@ def severity_curves(runs: pd.DataFrame, dataset: str) -> Figure:
             for encoder, line in means.groupby("encoder"):
                 ax.plot(line["severity"], line[metric], ms=3, lw=1.2, **styles[encoder])
         axes[0, column].set_title(name, fontsize=FONT_SIZE - 1)
-        axes[1, column].set_xlabel("severity")
+        axes[1, column].set(xlabel="severity", xticks=[0.0, *sorted(perturbed["severity"].unique())])
     axes[0, 0].set_ylabel("macro AUROC")
     axes[1, 0].set_ylabel("ECE")
     fig.suptitle(f"{dataset}: discrimination and calibration as images degrade")
@@ -385,8 +385,8 @@ def transfer_bars(runs: pd.DataFrame, *, source: str = "chexpert", target: str =
     ax.set_ylabel(f"AUROC on {target}")
     ax.grid(axis="x", visible=False)
     ax.set_title(f"{source} -> {target} without retraining (Welch p = {welch.p_value:.3g})")
-    ax.legend(handles=[*family_legend_handles(table["family"]), *ax.get_legend_handles_labels()[0]],
-              loc="lower right", ncols=2)
+    fig.legend(handles=[*family_legend_handles(table["family"]), *ax.get_legend_handles_labels()[0]],
+               loc="outside lower center", ncols=4)
     return fig
 
 
