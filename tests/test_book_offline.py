@@ -5,12 +5,17 @@ built page of the shared smoke book and lists each script, stylesheet or image i
 absolute ``http(s)://`` (or protocol-relative ``//``) address.
 """
 
+import re
 from html.parser import HTMLParser
 
 import pytest
 
 #: ``<link rel=...>`` kinds that make the browser fetch the address (``canonical`` or ``index`` do not).
 FETCHING_LINKS = {"stylesheet", "preload", "modulepreload", "icon"}
+
+
+#: A stylesheet rule that fetches from the web: ``url(https://...)`` or ``@import "//..."``.
+EXTERNAL_CSS = re.compile(r"""(?:url\(|@import)\s*['"]?\s*(?:https?:)?//""", re.IGNORECASE)
 
 
 def _is_external(url: str | None) -> bool:
@@ -40,6 +45,8 @@ def external_resources(html: str) -> list[tuple[str, str]]:
     [('script', 'https://cdn.x/mj.js')]
     >>> external_resources('<link rel="stylesheet" href="//fonts.x/f.css"><link rel="canonical" href="https://a">')
     [('link', '//fonts.x/f.css')]
+    >>> bool(EXTERNAL_CSS.search("@font-face{src:url('https://f.x/a.woff')}")), bool(EXTERNAL_CSS.search("url(a.woff)"))
+    (True, False)
     """
     parser = _ExternalResources()
     parser.feed(html)
@@ -53,6 +60,9 @@ def test_built_pages_load_nothing_from_the_web(smoke_book):
     offending = {str(page.relative_to(smoke_book.html)): found for page in pages
                  if (found := external_resources(page.read_text()))}
     assert not offending, f"pages fetch external resources: {offending}"
+    stylesheets = [str(css.relative_to(smoke_book.html)) for css in (smoke_book.html / "_static").rglob("*.css")
+                   if EXTERNAL_CSS.search(css.read_text(errors="replace"))]
+    assert not stylesheets, f"stylesheets fetch from the web (fonts?): {stylesheets}"
     # MathJax itself is vendored: the pages point at the copy in _static, and it is there.
     assert "_static/mathjax/tex-chtml.js" in (smoke_book.html / "book" / "methods.html").read_text()
     assert (smoke_book.html / "_static" / "mathjax" / "tex-chtml.js").is_file()

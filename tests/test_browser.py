@@ -64,8 +64,13 @@ def _browser():
 
 def page_problems(driver, url: str) -> list[str]:
     """What is wrong with the page at ``url`` as a reader sees it (an empty list: nothing)."""
+    from selenium.common.exceptions import TimeoutException
+
     driver.get(url)
-    seen = driver.execute_async_script(INSPECT_PAGE)
+    try:
+        seen = driver.execute_async_script(INSPECT_PAGE)
+    except TimeoutException:
+        return [f"MathJax did not finish typesetting within {MATHJAX_TIMEOUT} s"]
     if "error" in seen:
         return [f"MathJax failed: {seen['error']}"]
     problems = [f"broken image {src}" for src in seen["broken_images"]]
