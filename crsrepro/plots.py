@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from crsrepro.crs import DIMENSIONS, select_runs
 from crsrepro.profiles import Profile
+from crsrepro.report import LOWER_IS_BETTER
 from crsrepro.style import (
     CYCLE,
     DIVERGING,
@@ -32,10 +33,6 @@ from crsrepro.style import (
     short_name,
     styled,
 )
-
-#: Direction of each dimension: ECE is an error (lower is better), the other three are scores.
-LOWER_IS_BETTER = {"ece"}
-
 
 # --------------------------------------------------------------------------- helpers
 
@@ -271,8 +268,11 @@ def label_efficiency_curves(runs: pd.DataFrame, *, metric: str = "auroc") -> Fig
     for ax, dataset in zip(axes, datasets):
         _seed_lines(ax, part[part["dataset"] == dataset], "percent", metric, styles)
         ax.set_xscale("log")
+        percents = sorted(part["percent"].unique())
+        ax.set_xticks(percents, [f"{p:g}" for p in percents])
+        ax.minorticks_off()
         ax.set_title(dataset)
-        ax.set_xlabel("labels used (% of train)")
+        ax.set_xlabel("labels used (% of train, log scale)")
     axes[0].set_ylabel(f"macro {metric.upper()}" if metric == "auroc" else metric)
     _encoder_legend(fig, styles)
     return fig
