@@ -1,6 +1,5 @@
 """Shared fixtures: a scratch CRSREPRO_HOME so tests never write into the checkout."""
 
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
