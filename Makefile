@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh machine:
 #   make book   # venv + install + demo world + run grid + papermill + Jupyter Book -> prints index.html
-#   make test   # venv + install + pytest
+#   make test   # venv + install + Chromium for the browser test (apt, when missing) + pytest
+#   make test-fast   # the same without the slow end-to-end tests (no book build)
 # VENV=/path/to/env make ...  reuses an existing environment (the pinned torch build is several GB).
 VENV ?= .venv
 PROFILE ?= demo
@@ -8,7 +9,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.crsrepro-installed
 
-.PHONY: book test install clean
+.PHONY: book test test-fast browser install clean
 
 install: $(STAMP)
 
@@ -21,8 +22,19 @@ $(STAMP): pyproject.toml
 book: $(STAMP)
 	$(PY) -m crsrepro book --profile $(PROFILE)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow"
+
+# Debian's chromium and chromium-driver for tests/test_browser.py (selenium comes with the test extra);
+# installed only when missing, and only as root: otherwise the browser test skips and says why.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else echo "chromium/chromedriver missing and not root: tests/test_browser.py will skip"; fi
 
 clean:
 	rm -rf book/_build book/_generated

@@ -60,16 +60,39 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     return seconds
 
 
+#: The distributions whose versions the status page records (their numbers can change a result).
+STATUS_PACKAGES = ("crsrepro", "torch", "numpy", "pandas", "scikit-learn", "timm")
+
+
+def package_versions(names=STATUS_PACKAGES) -> dict[str, str]:
+    """The installed version of each distribution in ``names`` (``not installed`` where absent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
 def write_status_page(book_root: Path, profile: str, timings: dict[str, float]) -> Path:
-    """Write ``book/_generated/status.md``: what ran, for which profile, how long, from which commit."""
-    rows = "\n".join(f"| {name} | {seconds:.1f} |" for name, seconds in timings.items())
+    """Write ``book/_generated/status.md``: per chapter its execution time and profile, then the commit
+    and the versions of the packages that produced the numbers (DESIGN.md section 12)."""
+    chapters = "\n".join(f"| {name} | `{profile}` | {seconds:.1f} |" for name, seconds in timings.items())
+    versions = "\n".join(f"| {name} | {v} |" for name, v in
+                         {"python": sys.version.split()[0], **package_versions()}.items())
     text = (
         "# Build status\n\n"
-        f"Built on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC for profile `{profile}`, "
-        f"from commit `{git_hash(book_root)}`, with Python {sys.version.split()[0]}.\n\n"
+        f"Built on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC for profile `{profile}`.\n\n"
         "Every chapter is a notebook executed by papermill before the book was rendered.\n\n"
-        "| notebook | execution time (s) |\n|---|---|\n"
-        f"{rows}\n| **total** | {sum(timings.values()):.1f} |\n"
+        "| chapter | profile | execution time (s) |\n|---|---|---|\n"
+        f"{chapters}\n| **total** | | {sum(timings.values()):.1f} |\n\n"
+        "## Software\n\n"
+        f"Git commit: `{git_hash(book_root)}`\n\n"
+        "| package | version |\n|---|---|\n"
+        f"{versions}\n"
     )
     path = Path(book_root) / GENERATED / "status.md"
     path.parent.mkdir(parents=True, exist_ok=True)
