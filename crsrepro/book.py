@@ -102,8 +102,17 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, float]) 
 
 def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Path | None = None,
                progress: bool = True) -> Path:
-    """Execute every notebook for ``profile`` and build the HTML; return the path of ``index.html``."""
+    """Run the grid where needed, freeze a demo-world profile's frame if it has none (the one explicit
+    freezing step of the book, :func:`crsrepro.grid.frame_for_book`), execute every notebook for
+    ``profile`` and build the HTML; return the path of ``index.html``."""
+    from crsrepro.analysis import RunAnalysis
+    from crsrepro.grid import frame_for_book
+
     book_root = _check_book_root(book_root)
+    analysis = RunAnalysis.load(profile, progress=progress)
+    frozen = frame_for_book(analysis.profile, analysis.results)
+    if frozen:
+        print(f"froze the {analysis.profile.name} reference frame to {frozen} (crsrepro freeze-frame)")
     timings = {name: execute_notebook(name, profile=profile, book_root=book_root, progress=progress)
                for name in list_notebooks(book_root)}
     write_status_page(book_root, profile, timings)

@@ -40,13 +40,12 @@ import pandas as pd
 import yaml
 
 from crsrepro.errors import CrsreproError
-from crsrepro.io import manifest_dir
 from crsrepro.profiles import Profile
 
 logger = logging.getLogger(__name__)
 
-CLAIMS_PATH = manifest_dir() / "claims.yaml"
-"""The claims file (in :func:`crsrepro.io.manifest_dir`)."""
+CLAIMS_PATH = Path(__file__).resolve().parents[1] / "data_manifests" / "claims.yaml"
+"""The claims file of the checkout (the package is installed editable from it)."""
 CLAIMS_VERSION = 1
 REQUIRED = ("id", "value", "kind", "source", "gloss", "section", "notebook", "measure", "scope")
 OPTIONAL = ("analogue", "note")

@@ -69,13 +69,7 @@ def _cmd_notebook(args) -> None:
 
 def _cmd_book(args) -> None:
     from crsrepro.book import build_book
-    from crsrepro.grid import frame_for_book, run_grid
-    from crsrepro.profiles import load_profile
 
-    profile = load_profile(args.profile)
-    frozen = frame_for_book(profile, run_grid(profile, progress=not args.quiet))
-    if frozen:
-        print(f"froze the {profile.name} reference frame to {frozen}")
     index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
                        progress=not args.quiet)
     print(f"The book is built: {index}")

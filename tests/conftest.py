@@ -15,6 +15,8 @@ def _copy_book_sources(target: Path) -> Path:
         shutil.copy(REPO / name, target / name)
     shutil.copytree(REPO / "notebooks", target / "notebooks")
     shutil.copytree(REPO / "book", target / "book", ignore=shutil.ignore_patterns("_build", "_generated"))
+    shutil.copytree(REPO / "data_manifests", target / "data_manifests",
+                    ignore=shutil.ignore_patterns("*_smoke.csv*", "crs_reference_smoke.yaml"))
     return target
 
 
@@ -45,6 +47,7 @@ def smoke_book(tmp_path_factory) -> BuiltBook:
     home = checkout / ".crsrepro"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CRSREPRO_HOME", str(home))
+        patch.setenv("CRSREPRO_MANIFESTS", str(checkout / "data_manifests"))
         patch.chdir(checkout)
         run_grid(load_profile("smoke"), progress=False)
         index = build_book(profile="smoke", book_root=checkout, progress=False)
