@@ -1,10 +1,12 @@
 """The Clinical Reliability Score (CRS) and its fixed reference frame (DESIGN.md section 9).
 
-A *profile* is the four dimensions of one encoder x dataset cell (DESIGN.md section 8): ``auroc``
-(discrimination D), ``ece`` (calibration C, lower is better), ``retention`` (label efficiency L) and
-``robustness`` (R_raw). A profiles table is a DataFrame with the columns ``encoder, dataset, auroc,
-ece, retention, robustness`` and either one row per cell (already averaged over seeds) or one row
-per seed with a ``seed`` column; seeds are averaged first, as the paper scores seed-averaged cells.
+The CRS scores *reliability profiles*: the paper's four dimensions of one encoder x dataset cell
+(DESIGN.md section 8), ``auroc`` (discrimination D), ``ece`` (calibration C, lower is better),
+``retention`` (label efficiency L) and ``robustness`` (R_raw), built from the runs table by
+:func:`crsrepro.dimensions.reliability_profiles`. A reliability-profiles table is a DataFrame with
+the columns ``encoder, dataset, auroc, ece, retention, robustness`` and either one row per cell
+(already averaged over seeds) or one row per seed with a ``seed`` column; seeds are averaged first,
+as the paper scores seed-averaged cells.
 
 Scoring has two steps.
 
@@ -26,7 +28,11 @@ Scoring has two steps.
 Because a score depends only on (profile, frame), adding encoders changes no published score
 (the paper's invariance property; ``tests/test_crs.py`` proves it bit for bit). ``mode="cohort"``
 instead re-normalises min-max over the current panel and counts dominance within it: it exists only
-for the paper's insertion experiment (:func:`crsrepro.stats.insertion_experiment`).
+for the paper's insertion experiment (:func:`crsrepro.analyses.insertion_experiment`).
+
+The runs-table helpers that used to live here (:data:`RUN_COLUMNS`, :data:`PRIMARY`,
+:func:`select_runs`, :func:`is_perturbation`, :func:`is_transfer`, :func:`cell_profiles`) are
+in :mod:`crsrepro.dimensions` and are re-exported from here.
 
 Examples
 --------
@@ -53,13 +59,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from crsrepro.dimensions import (PRIMARY, RUN_COLUMNS, ProfileTableError, cell_profiles,  # noqa: F401 (re-exported)
+                                 is_perturbation, is_transfer, reliability_profiles, select_runs)
 from crsrepro.errors import CrsreproError
-from crsrepro.metrics import label_efficiency_retention, robustness_raw
 
 logger = logging.getLogger(__name__)
 
 DIMENSIONS = ("auroc", "ece", "retention", "robustness")
-"""The four raw dimensions of a profile, in the paper's order D, C, L, R."""
+"""The four raw dimensions of a reliability profile, in the paper's order D, C, L, R."""
 NORMALISED = tuple(f"p_{d}" for d in DIMENSIONS)
 """The columns of the normalised profile p in [0, 1]^4."""
 COMPONENTS = ("pareto", "proximity", "worst")
@@ -76,14 +83,10 @@ class FrameError(CrsreproError, ValueError):
     """A reference frame file is missing, corrupt, of another version, or lacks a dataset."""
 
 
-class ProfileTableError(CrsreproError, ValueError):
-    """A profiles table lacks a column, holds a non-finite value or repeats a cell."""
-
-
-# --------------------------------------------------------------------------- profiles tables
+# --------------------------------------------------------------------------- reliability-profiles tables
 
 def cell_means(profiles: pd.DataFrame, *, where: str = "profiles") -> pd.DataFrame:
-    """Validate a profiles table and return one row per (encoder, dataset) cell, seeds averaged.
+    """Validate a reliability-profiles table and return one row per (encoder, dataset) cell, seeds averaged.
 
     Parameters
     ----------
@@ -222,12 +225,12 @@ class ReferenceFrame:
     @classmethod
     def freeze(cls, profiles: pd.DataFrame, *, anchors: dict | None = None, weights: dict | None = None,
                description: str = "") -> "ReferenceFrame":
-        """Normalise the reference panel's profiles (seeds averaged) and freeze them with the anchors.
+        """Normalise the reference panel's reliability profiles (seeds averaged); freeze them with the anchors.
 
         Parameters
         ----------
         profiles : DataFrame
-            A profiles table (see the module docstring) of the reference panel.
+            A reliability-profiles table (see the module docstring) of the reference panel.
         anchors, weights : dict, optional
             Override :data:`DEFAULT_ANCHORS` / :data:`DEFAULT_WEIGHTS` (every key must be given).
         description : str
@@ -356,12 +359,12 @@ def _cohort_normalise(cells: pd.DataFrame) -> np.ndarray:
 
 
 def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: str = "fixed") -> pd.DataFrame:
-    """The CRS of every cell of a profiles table.
+    """The CRS of every cell of a reliability-profiles table.
 
     Parameters
     ----------
     profiles : DataFrame
-        A profiles table (see the module docstring); seeds are averaged first.
+        A reliability-profiles table (see the module docstring); seeds are averaged first.
     frame : ReferenceFrame or None
         The frozen frame (``mode="fixed"``); must be None for ``mode="cohort"``.
     mode : {"fixed", "cohort"}
@@ -380,7 +383,7 @@ def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: st
     ValueError
         ``mode`` is unknown, or the frame does not fit the mode.
     ProfileTableError, FrameError
-        A bad profiles table, or a dataset the frame does not cover.
+        A bad reliability-profiles table, or a dataset the frame does not cover.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -435,7 +438,7 @@ def score_encoder(profile_rows: pd.DataFrame, frame: ReferenceFrame) -> pd.DataF
     Parameters
     ----------
     profile_rows : DataFrame
-        The profiles table of one encoder (one row per dataset, or per dataset and seed).
+        The reliability-profiles table of one encoder (one row per dataset, or per dataset and seed).
     frame : ReferenceFrame
         The frozen frame; its published scores are not changed by this call.
 
@@ -454,106 +457,3 @@ def score_encoder(profile_rows: pd.DataFrame, frame: ReferenceFrame) -> pd.DataF
     mean = scored["crs"].mean()
     return scored.assign(aggregate_crs=mean, rank=int((published["crs"] > mean).sum()) + 1,
                          n_published=len(published))
-
-
-# --------------------------------------------------------------------------- from the runs table
-
-RUN_COLUMNS = ("encoder", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
-               "recalibrator", "auroc", "ece")
-"""The columns of the runs table the analyses read: one row per run (the wide view of the results
-store, :func:`crsrepro.results.runs_table`; ``family`` and ``classwise_ece`` may be there too)."""
-PRIMARY = {"probe": "linear", "layer": "final", "regime": "frozen", "recalibrator": "none"}
-"""The paper's primary runs: the linear probe on the final layer of the frozen encoder, uncalibrated."""
-
-
-def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
-    """The rows of a runs table whose columns equal ``PRIMARY`` updated with ``keys``.
-
-    A key given as None is not filtered on (e.g. ``recalibrator=None`` keeps every recalibrator).
-
-    Examples
-    --------
-    >>> runs = pd.DataFrame([dict(encoder="e", dataset="d", seed=0, label_fraction=1.0, condition="clean",
-    ...                           probe=p, layer="final", regime="frozen", recalibrator="none", auroc=a, ece=0.1)
-    ...                      for p, a in [("linear", 0.8), ("knn", 0.7)]])
-    >>> select_runs(runs)["auroc"].tolist(), len(select_runs(runs, probe=None))
-    ([0.8], 2)
-    """
-    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
-    if missing:
-        raise ProfileTableError(f"runs table: missing column(s) {', '.join(missing)} (expected {', '.join(RUN_COLUMNS)})")
-    wanted = {k: v for k, v in {**PRIMARY, **keys}.items() if v is not None}
-    mask = np.ones(len(runs), bool)
-    for column, value in wanted.items():
-        mask &= (runs[column] == value).to_numpy()
-    return runs[mask]
-
-
-def is_perturbation(condition: str) -> bool:
-    """``<perturbation>@<severity>`` conditions (not ``clean``, not a transfer dataset such as ``mimic_cxr``)."""
-    return "@" in condition
-
-
-def is_transfer(condition: str) -> bool:
-    """A transfer condition: the probe scored without retraining on another dataset (``mimic_cxr``)."""
-    return condition != "clean" and not is_perturbation(condition)
-
-
-def cell_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -> pd.DataFrame:
-    """The per-seed profiles of every cell from the primary runs (DESIGN.md section 8).
-
-    Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
-    ``retention`` = :func:`crsrepro.metrics.label_efficiency_retention` of the clean AUROC over the
-    label fractions; ``robustness`` = :func:`crsrepro.metrics.robustness_raw` of the AUROC drops
-    ``AUROC_clean - AUROC(p@s)`` at 100 % labels, plus the real drop to each transfer condition
-    (CheXpert -> MIMIC-CXR) when ``include_transfer``.
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table (:data:`RUN_COLUMNS`); only :data:`PRIMARY` rows are read.
-    include_transfer : bool, default True
-        Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
-        check removes it).
-
-    Returns
-    -------
-    DataFrame
-        A per-seed profiles table: ``encoder, dataset, seed, auroc, ece, retention, robustness`` (and
-        ``family`` when the runs have it).
-
-    Raises
-    ------
-    ProfileTableError
-        A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
-    """
-    primary = select_runs(runs)
-    key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
-    dup = primary.duplicated(key, keep=False)
-    if dup.any():
-        row = primary[dup].iloc[0]
-        raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
-                                + " appears more than once")
-    rows = []
-    for (encoder, dataset, seed), cell in primary.groupby(["encoder", "dataset", "seed"], sort=True):
-        where = f"runs table, encoder {encoder}, dataset {dataset}, seed {seed}"
-        clean = cell[cell["condition"] == "clean"].set_index("label_fraction")
-        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
-        if "clean" not in full.index or len(clean) < 2:
-            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
-                                    f"fraction, has fractions {sorted(clean.index)}")
-        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
-        if not any(is_perturbation(c) for c in conditions):
-            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
-        drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
-        row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
-               "ece": full.loc["clean", "ece"],
-               "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
-               "robustness": robustness_raw(drops)}
-        if "family" in cell.columns:
-            row["family"] = cell["family"].iloc[0]
-        rows.append(row)
-    if not rows:
-        raise ProfileTableError("runs table: no primary runs (probe linear, layer final, regime frozen, "
-                                "recalibrator none)")
-    return pd.DataFrame(rows)

@@ -1,19 +1,18 @@
-"""The statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
+"""Generic statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
 
 - :func:`rank_agreement` compares two rankings of the same encoders (the paper's AUROC vs CRS
   comparison: Kendall tau-b, Spearman rho, reversed pairs, mean |rank shift|, top-3 overlap).
 - :func:`seed_paired_bootstrap` is the paper's 10,000-replicate bootstrap over seeds: every
   replicate draws the seeds with replacement, the *same* draw for every encoder, averages the
-  per-seed profiles, re-scores every cell under the fixed frame and ranks the aggregates. It gives
-  P(rank 1), P(top 3) and paired CRS differences with percentile intervals.
+  per-seed reliability profiles, re-scores every cell under the frame's anchors and weights against
+  the replicate's own profiles of its peers, and ranks the aggregates. It gives P(rank 1), P(top 3)
+  and paired CRS differences with percentile intervals.
 - :func:`case_paired_bootstrap` (beyond the paper) resamples test images, the same indices for
   every encoder, and recomputes the macro AUROC of each encoder; it runs in torch on any device.
-- The paper's analyses, as functions the notebooks call: :func:`insertion_experiment`,
-  :func:`external_validity`, :func:`leave_one_dataset_out`, :func:`control_probe_agreement`,
-  :func:`recalibration_summary`, :func:`calibration_under_degradation`,
-  :func:`absolute_label_efficiency`, :func:`welch_transfer_test` and :func:`aulc_vs_retention`.
-  Those that read runs take the runs table of :data:`crsrepro.crs.RUN_COLUMNS` (one row per run,
-  with ``family`` where families matter); every per-cell value is the mean over seeds.
+
+The paper's analyses (insertion experiment, external validity, recalibration summary, ...) are in
+:mod:`crsrepro.analyses`; their names are still importable from here (``crsrepro.stats.X`` is
+``crsrepro.analyses.X``) for the notebooks and scripts that use them.
 
 Percentile intervals from 5 seeds under-cover: a bootstrap over 5 units sees at most 126 distinct
 resamples and underestimates the spread. The coverage test in ``tests/test_stats.py`` uses 40 units.
@@ -28,13 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats as sps
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from crsrepro.crs import (DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, cell_means, cell_profiles,
-                          crs_components, crs_scores, is_perturbation, normalise, select_runs)
-from crsrepro.metrics import aulc, macro_auroc
+from crsrepro.crs import DIMENSIONS, ReferenceFrame, aggregate_crs, cell_means, crs_components, crs_scores, normalise
+from crsrepro.dimensions import ProfileTableError
+from crsrepro.metrics import macro_auroc
 
 logger = logging.getLogger(__name__)
 
@@ -378,410 +376,22 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
     return BootstrapReplicates(estimate=estimate, replicates=pd.DataFrame(out, columns=encoders))
 
 
-# --------------------------------------------------------------------------- analyses
+# --------------------------------------------------------------------------- moved to crsrepro.analyses
 
-def _seed_means(rows: pd.DataFrame, by: list[str], columns=("auroc", "ece")) -> pd.DataFrame:
-    """Mean over seeds of ``columns`` per ``by`` (the paper's cell values are seed averages)."""
-    return rows.groupby(by, sort=True)[list(columns)].mean()
+_MOVED_TO_ANALYSES = ("insertion_experiment", "InsertionResult", "external_validity", "ExternalValidity",
+                      "leave_one_dataset_out", "control_probe_agreement", "recalibration_summary",
+                      "RecalibrationSummary", "calibration_under_degradation", "DegradationResult",
+                      "absolute_label_efficiency", "welch_transfer_test", "WelchResult", "aulc_vs_retention",
+                      "AulcVsRetention")
 
 
-@dataclass(frozen=True)
-class InsertionResult:
-    """The insertion experiment (DESIGN.md section 9).
+def __getattr__(name: str):
+    """Serve the paper's analyses under their old home (PEP 562).
 
-    Attributes
-    ----------
-    movements : DataFrame
-        One row per trial, mode and published cell: ``trial, mode, encoder, dataset, movement``
-        (|CRS after insertion - CRS before|).
-    summary : DataFrame
-        Indexed by mode: ``mean_movement`` and ``max_movement`` over every published cell of every
-        trial (the paper: cohort 0.053 and 0.167, fixed exactly 0), ``panel_size``, ``n_inserted``,
-        ``n_trials``.
+    :mod:`crsrepro.analyses` imports this module, so it is imported here on first use only.
     """
+    if name in _MOVED_TO_ANALYSES:
+        from crsrepro import analyses
 
-    movements: pd.DataFrame
-    summary: pd.DataFrame
-
-
-def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_inserted: int = 3, panel_size: int = 12,
-                         rng=0) -> InsertionResult:
-    """Insert encoders into a panel and measure how far the panel's published CRS move.
-
-    Each trial draws a random panel of ``panel_size`` encoders and ``n_inserted`` others. Under
-    ``fixed`` the frame is frozen from the panel alone, the panel is scored, then panel + inserted are
-    scored against the same frame; under ``cohort`` both scorings re-normalise over the scored set.
-    The movement of a published score is |after - before| per panel cell **[ours: cell level]**.
-
-    Parameters
-    ----------
-    profiles : DataFrame
-        A profiles table (per seed or per cell).
-    n_trials, n_inserted, panel_size : int
-        The paper's 30 trials inserting 3 into 12. With fewer than ``panel_size + n_inserted``
-        encoders (the demo has 10) the panel shrinks to ``n_encoders - n_inserted`` **[ours]**.
-    rng : int or numpy Generator
-
-    Returns
-    -------
-    InsertionResult
-    """
-    cells = cell_means(profiles)
-    encoders = np.sort(cells["encoder"].unique())
-    size = min(panel_size, len(encoders) - n_inserted)
-    if size < 2 or n_inserted < 1:
-        raise ValueError(f"insertion_experiment needs a panel of at least 2 encoders and 1 to insert; "
-                         f"{len(encoders)} encoders, n_inserted={n_inserted}")
-    if size < panel_size:
-        logger.info("insertion experiment: %d encoders available, so panels of %d (not %d) + %d inserted",
-                    len(encoders), size, panel_size, n_inserted)
-    generator = _as_generator(rng)
-    parts = []
-    for trial in range(n_trials):
-        chosen = generator.permutation(encoders)
-        panel = cells[cells["encoder"].isin(chosen[:size])]
-        both = cells[cells["encoder"].isin(chosen[:size + n_inserted])]
-        frame = ReferenceFrame.freeze(panel)
-        for mode, frm in (("fixed", frame), ("cohort", None)):
-            before = crs_scores(panel, frm, mode=mode).set_index(["encoder", "dataset"])["crs"]
-            after = crs_scores(both, frm, mode=mode).set_index(["encoder", "dataset"])["crs"].reindex(before.index)
-            parts.append((after - before).abs().rename("movement").reset_index().assign(trial=trial, mode=mode))
-    movements = pd.concat(parts, ignore_index=True)[["trial", "mode", "encoder", "dataset", "movement"]]
-    summary = movements.groupby("mode").agg(mean_movement=("movement", "mean"), max_movement=("movement", "max"))
-    return InsertionResult(movements=movements,
-                           summary=summary.assign(panel_size=size, n_inserted=n_inserted, n_trials=n_trials))
-
-
-@dataclass(frozen=True)
-class ExternalValidity:
-    """CRS without the transfer term vs the transfer AUROC (DESIGN.md section 10).
-
-    Attributes
-    ----------
-    table : DataFrame
-        By encoder: ``crs`` (without the transfer drop), ``source_auroc`` (clean CheXpert AUROC) and
-        ``target_auroc`` (MIMIC-CXR AUROC of the CheXpert probe).
-    rho_crs : float
-        Spearman rho of ``crs`` with ``target_auroc`` (the paper: 0.529).
-    rho_source_auroc : float
-        Spearman rho of ``source_auroc`` with ``target_auroc``: the baseline (the paper: 0.864).
-    frame : ReferenceFrame
-        The frame frozen from the profiles without the transfer term.
-    """
-
-    table: pd.DataFrame
-    rho_crs: float
-    rho_source_auroc: float
-    frame: ReferenceFrame
-
-
-def external_validity(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                      crs_level: str = "aggregate") -> ExternalValidity:
-    """Does the CRS, computed without the transfer term, predict the transfer AUROC better than AUROC?
-
-    The profiles are rebuilt with ``include_transfer=False`` (robustness without the real drop), a
-    frame is frozen from them, and their CRS is compared with the ``target`` AUROC of the probes
-    trained on ``source`` (Spearman over encoders), against the clean ``source`` AUROC as baseline.
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table with the transfer condition ``target`` on ``source``.
-    source, target : str
-        The training dataset and the transfer condition.
-    crs_level : {"aggregate", "cell"}, default "aggregate" **[ours]**
-        The encoder's aggregate CRS over all its cells (the benchmark-level summary the paper ranks
-        by), or its CRS on the ``source`` cell alone.
-    """
-    if crs_level not in ("aggregate", "cell"):
-        raise ValueError(f"crs_level must be 'aggregate' or 'cell', got {crs_level!r}")
-    profiles = cell_profiles(runs, include_transfer=False)
-    frame = ReferenceFrame.freeze(profiles, description=f"external validity: robustness without the {target} drop")
-    scores = crs_scores(profiles, frame)
-    on_source = scores[scores["dataset"] == source].set_index("encoder")
-    crs = aggregate_crs(scores)["crs"] if crs_level == "aggregate" else on_source["crs"]
-    transfer = select_runs(runs, label_fraction=1.0, dataset=source, condition=target)
-    if transfer.empty:
-        raise ProfileTableError(f"runs table: no primary run on dataset {source} with condition {target}")
-    table = pd.DataFrame({"crs": crs, "source_auroc": on_source["auroc"],
-                          "target_auroc": _seed_means(transfer, ["encoder"])["auroc"]}).dropna()
-    table.index.name = "encoder"
-    rho = lambda x: float(sps.spearmanr(table[x], table["target_auroc"]).statistic)  # noqa: E731
-    return ExternalValidity(table=table, rho_crs=rho("crs"), rho_source_auroc=rho("source_auroc"), frame=frame)
-
-
-def leave_one_dataset_out(scores: pd.DataFrame) -> pd.DataFrame:
-    """For each dataset d: the mean CRS over the other datasets vs the AUROC on d **[ours]**.
-
-    Parameters
-    ----------
-    scores : DataFrame
-        The output of :func:`crsrepro.crs.crs_scores` (fixed mode: a cell's CRS does not depend on d).
-
-    Returns
-    -------
-    DataFrame
-        Indexed by ``held_out`` dataset: ``n_encoders`` (those with a cell on d and another cell),
-        ``spearman_rho`` (the paper: ISIC 0.550, APTOS 0.709, CheXpert 0.271), ``auroc_champion``
-        (argmax of AUROC on d), ``crs_champion`` (argmax of the other-dataset CRS) and ``recovered``.
-    """
-    rows = []
-    for held_out in sorted(scores["dataset"].unique()):
-        auroc = scores[scores["dataset"] == held_out].set_index("encoder")["auroc"]
-        others = scores[scores["dataset"] != held_out].groupby("encoder")["crs"].mean()
-        common = auroc.index.intersection(others.index).sort_values()
-        auroc, others = auroc[common], others[common]
-        rows.append({"held_out": held_out, "n_encoders": len(common),
-                     "spearman_rho": float(sps.spearmanr(others, auroc).statistic) if len(common) > 2 else np.nan,
-                     "auroc_champion": auroc.idxmax(), "crs_champion": others.idxmax(),
-                     "recovered": auroc.idxmax() == others.idxmax()})
-    return pd.DataFrame(rows).set_index("held_out")
-
-
-def control_probe_agreement(runs: pd.DataFrame, *, metric: str = "auroc") -> pd.DataFrame:
-    """Rank agreement of each control probe (MLP, k-NN) with the linear probe, per dataset.
-
-    Encoders are ranked by ``metric`` on the clean test split at 100 % labels (mean over seeds),
-    where the control probes run (DESIGN.md section 7); only encoders present under both probes count.
-
-    Returns
-    -------
-    DataFrame
-        One row per (dataset, probe): ``n_encoders, kendall_tau, spearman_rho, reversed_pairs,
-        n_pairs, top3_overlap``.
-    """
-    rows = select_runs(runs, probe=None, condition="clean", label_fraction=1.0)
-    means = _seed_means(rows, ["dataset", "encoder", "probe"], [metric])[metric]
-    out = []
-    for dataset, per_dataset in means.groupby(level="dataset"):
-        table = per_dataset.droplevel("dataset").unstack("probe")  # encoder x probe
-        for probe in [p for p in table.columns if p != "linear" and "linear" in table.columns]:
-            both = table[["linear", probe]].dropna()
-            if len(both) < 2:
-                continue
-            r = rank_agreement(both["linear"].to_dict(), both[probe].to_dict())
-            out.append({"dataset": dataset, "probe": probe, "n_encoders": len(both), "kendall_tau": r.kendall_tau,
-                        "spearman_rho": r.spearman_rho, "reversed_pairs": r.reversed_pairs, "n_pairs": r.n_pairs,
-                        "top3_overlap": r.top3_overlap})
-    return pd.DataFrame(out)
-
-
-@dataclass(frozen=True)
-class RecalibrationSummary:
-    """ECE before and after post-hoc recalibration (DESIGN.md section 8).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        One row per (encoder, dataset, recalibrator): ``ece_before, ece_after, absolute_drop,
-        relative_reduction, auroc_change``.
-    summary : DataFrame
-        By recalibrator: ``n_cells``, ``relative_reduction_min/max`` (the paper: 54-77 %),
-        ``mean_absolute_drop`` with its t-interval ``ci_low, ci_high`` over cells (the paper: 0.067
-        [0.024; 0.110]) and ``mean_auroc_change`` (the paper: about +0.001).
-    """
-
-    cells: pd.DataFrame
-    summary: pd.DataFrame
-
-
-def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | None = None,
-                          level: float = 0.95) -> RecalibrationSummary:
-    """How much each recalibrator reduces ECE, per cell and overall (clean test split, 100 % labels).
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table with ``recalibrator`` rows ``none`` and at least one other.
-    cells : list of (encoder, dataset), optional **[ours]**
-        The cells that count. The paper reports "six main tests" without naming them; the default
-        None counts every cell.
-    level : float, default 0.95
-        Level of the t-interval of the mean absolute drop over cells **[ours: a t-interval]**.
-    """
-    _check_level(level)
-    rows = select_runs(runs, recalibrator=None, condition="clean", label_fraction=1.0)
-    means = _seed_means(rows, ["encoder", "dataset", "recalibrator"]).reset_index()
-    if cells is not None:
-        chosen = pd.MultiIndex.from_tuples(cells)
-        means = means[pd.MultiIndex.from_frame(means[["encoder", "dataset"]]).isin(chosen)]
-    before = means[means["recalibrator"] == "none"].set_index(["encoder", "dataset"])
-    after = means[means["recalibrator"] != "none"].join(before[["ece", "auroc"]].add_suffix("_before"),
-                                                        on=["encoder", "dataset"]).dropna(subset=["ece_before"])
-    table = pd.DataFrame({"encoder": after["encoder"], "dataset": after["dataset"],
-                          "recalibrator": after["recalibrator"], "ece_before": after["ece_before"],
-                          "ece_after": after["ece"], "absolute_drop": after["ece_before"] - after["ece"],
-                          "relative_reduction": (after["ece_before"] - after["ece"]) / after["ece_before"],
-                          "auroc_change": after["auroc"] - after["auroc_before"]}).reset_index(drop=True)
-
-    def summarise(group):
-        drop = group["absolute_drop"].to_numpy()
-        half = (sps.t.ppf((1 + level) / 2, len(drop) - 1) * drop.std(ddof=1) / np.sqrt(len(drop))
-                if len(drop) > 1 else np.nan)
-        return pd.Series({"n_cells": len(drop), "relative_reduction_min": group["relative_reduction"].min(),
-                          "relative_reduction_max": group["relative_reduction"].max(),
-                          "mean_absolute_drop": drop.mean(), "ci_low": drop.mean() - half,
-                          "ci_high": drop.mean() + half, "mean_auroc_change": group["auroc_change"].mean()})
-
-    summary = pd.DataFrame({r: summarise(g) for r, g in table.groupby("recalibrator")}).T.astype({"n_cells": int})
-    summary.index.name = "recalibrator"
-    return RecalibrationSummary(cells=table, summary=summary)
-
-
-@dataclass(frozen=True)
-class DegradationResult:
-    """Calibration under image degradation (DESIGN.md section 10).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        By (encoder, dataset): ``ece_clean``, ``mean_ece_rise`` and ``peak_ece_rise`` (the mean and
-        the max over perturbation@severity of ECE - clean ECE; the paper: LLaVA-Med on APTOS +0.128
-        and 0.418), ``mean_auroc_drop`` and ``peak_auroc_drop`` (clean AUROC - AUROC, likewise).
-    pearson_r, p_value : float
-        Pearson r over cells between the discrimination loss (``mean_auroc_drop``) and the
-        calibration loss (``mean_ece_rise``) (the paper: r = 0.63 over 43 cells).
-    """
-
-    cells: pd.DataFrame
-    pearson_r: float
-    p_value: float
-
-
-def calibration_under_degradation(runs: pd.DataFrame) -> DegradationResult:
-    """Per-cell ECE rise and AUROC drop under the perturbations, and their correlation over cells.
-
-    Every value is first averaged over seeds per (cell, condition) at 100 % labels; the transfer
-    condition is not a perturbation and is left out.
-    """
-    rows = select_runs(runs, label_fraction=1.0)
-    means = _seed_means(rows, ["encoder", "dataset", "condition"]).reset_index()
-    clean = means[means["condition"] == "clean"].set_index(["encoder", "dataset"])
-    perturbed = means[means["condition"].map(is_perturbation)].join(clean[["auroc", "ece"]].add_suffix("_clean"),
-                                                                     on=["encoder", "dataset"])
-    perturbed = perturbed.assign(ece_rise=perturbed["ece"] - perturbed["ece_clean"],
-                                 auroc_drop=perturbed["auroc_clean"] - perturbed["auroc"])
-    grouped = perturbed.groupby(["encoder", "dataset"])
-    cells = pd.DataFrame({"ece_clean": grouped["ece_clean"].first(), "mean_ece_rise": grouped["ece_rise"].mean(),
-                          "peak_ece_rise": grouped["ece_rise"].max(), "mean_auroc_drop": grouped["auroc_drop"].mean(),
-                          "peak_auroc_drop": grouped["auroc_drop"].max()}).dropna()
-    if len(cells) < 3:
-        raise ProfileTableError(f"runs table: {len(cells)} cells with clean and perturbed runs; a correlation "
-                                f"needs at least 3")
-    r = sps.pearsonr(cells["mean_auroc_drop"], cells["mean_ece_rise"])
-    return DegradationResult(cells=cells, pearson_r=float(r.statistic), p_value=float(r.pvalue))
-
-
-def absolute_label_efficiency(runs: pd.DataFrame, *, fraction: float = 0.01,
-                              reference_encoder: str = "general.vit_b16") -> pd.DataFrame:
-    """AUROC at a small label fraction per cell, against a reference encoder's full-label AUROC.
-
-    Parameters
-    ----------
-    fraction : float, default 0.01
-        The label fraction (the paper: 1 %).
-    reference_encoder : str, default "general.vit_b16"
-        Whose full-label AUROC is the bar per dataset (the paper: ViT-B/16). The demo panel has no
-        ViT-B/16, so its notebook names one of its own encoders.
-
-    Returns
-    -------
-    DataFrame
-        By (encoder, dataset): ``auroc_at_fraction``, ``auroc_full``, ``reference_full_auroc`` (NaN on a
-        dataset without the reference encoder) and ``reaches_reference`` (AUROC at ``fraction`` >= the
-        bar; False where there is no bar).
-    """
-    rows = select_runs(runs, condition="clean")
-    if reference_encoder not in set(rows["encoder"]):
-        raise ValueError(f"reference_encoder {reference_encoder!r} has no runs (encoders: "
-                         f"{', '.join(sorted(rows['encoder'].unique()))})")
-    means = _seed_means(rows, ["encoder", "dataset", "label_fraction"], ["auroc"])["auroc"].unstack("label_fraction")
-    if fraction not in means.columns or 1.0 not in means.columns:
-        raise ValueError(f"label fractions {fraction} and 1.0 must both have runs (have {list(means.columns)})")
-    table = pd.DataFrame({"auroc_at_fraction": means[fraction], "auroc_full": means[1.0]})
-    bar = table.xs(reference_encoder, level="encoder")["auroc_full"]
-    table["reference_full_auroc"] = table.index.get_level_values("dataset").map(bar).astype(float)
-    table["reaches_reference"] = table["auroc_at_fraction"] >= table["reference_full_auroc"]
-    return table
-
-
-@dataclass(frozen=True)
-class WelchResult:
-    """Welch's t-test of the transfer AUROC, medical-pretrained vs general encoders.
-
-    Attributes
-    ----------
-    table : DataFrame
-        By encoder: ``family``, ``group`` (medical / general) and ``target_auroc``.
-    mean_medical, mean_general : float
-        The group means (the paper: 0.717 and 0.540).
-    statistic, p_value : float
-        Welch's t and its two-sided p (the paper: p = 0.0029).
-    n_medical, n_general : int
-    """
-
-    table: pd.DataFrame
-    mean_medical: float
-    mean_general: float
-    statistic: float
-    p_value: float
-    n_medical: int
-    n_general: int
-
-
-def welch_transfer_test(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                        medical_families: tuple[str, ...] = ("medical", "specialist"),
-                        general_families: tuple[str, ...] = ("general",)) -> WelchResult:
-    """Welch's t-test on the transfer AUROC (probe trained on ``source``, scored on ``target``).
-
-    The groups come from the runs table's ``family`` column (the registry's ``spec.family``): the
-    paper's "medical-pretrained" is medical + specialist (9 encoders) against general (6).
-    """
-    if "family" not in runs.columns:
-        raise ProfileTableError("runs table: missing column family (welch_transfer_test groups encoders by family)")
-    transfer = select_runs(runs, label_fraction=1.0, dataset=source, condition=target)
-    auroc = _seed_means(transfer, ["encoder"], ["auroc"])["auroc"]
-    family = transfer.groupby("encoder")["family"].first()
-    group = family.map(lambda f: "medical" if f in medical_families else "general" if f in general_families else None)
-    table = pd.DataFrame({"family": family, "group": group, "target_auroc": auroc}).dropna(subset=["group"])
-    medical = table.loc[table["group"] == "medical", "target_auroc"]
-    general = table.loc[table["group"] == "general", "target_auroc"]
-    if len(medical) < 2 or len(general) < 2:
-        raise ProfileTableError(f"runs table: Welch's test needs 2 encoders per group on {target}, "
-                                f"has {len(medical)} medical and {len(general)} general")
-    t = sps.ttest_ind(medical, general, equal_var=False)
-    return WelchResult(table=table, mean_medical=float(medical.mean()), mean_general=float(general.mean()),
-                       statistic=float(t.statistic), p_value=float(t.pvalue), n_medical=len(medical),
-                       n_general=len(general))
-
-
-@dataclass(frozen=True)
-class AulcVsRetention:
-    """Which label-efficiency measure merely copies full-label AUROC (DESIGN.md section 10).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        By (encoder, dataset): ``auroc_full``, ``aulc`` and ``retention`` (each the mean over seeds).
-    correlations : DataFrame
-        Spearman rho with ``auroc_full``, index ``aulc`` / ``retention``, columns ``encoder`` (means
-        over each encoder's cells) and ``cell`` (the paper: AULC 0.986 / 0.977, retention 0.339 / -0.342).
-    """
-
-    cells: pd.DataFrame
-    correlations: pd.DataFrame
-
-
-def aulc_vs_retention(runs: pd.DataFrame) -> AulcVsRetention:
-    """Spearman of AULC and of retention with full-label AUROC, at encoder and at cell level."""
-    rows = select_runs(runs, condition="clean")
-    curves = rows.groupby(["encoder", "dataset", "seed"]).apply(
-        lambda c: aulc(c.set_index("label_fraction")["auroc"].astype(float).to_dict()), include_groups=False)
-    profiles = cell_means(cell_profiles(runs)).set_index(["encoder", "dataset"])
-    cells = pd.DataFrame({"auroc_full": profiles["auroc"], "aulc": curves.groupby(["encoder", "dataset"]).mean(),
-                          "retention": profiles["retention"]})
-    by_encoder = cells.groupby("encoder").mean()
-    correlations = pd.DataFrame({level: {m: float(sps.spearmanr(t[m], t["auroc_full"]).statistic)
-                                         for m in ("aulc", "retention")}
-                                 for level, t in (("encoder", by_encoder), ("cell", cells))})
-    return AulcVsRetention(cells=cells, correlations=correlations)
+        return getattr(analyses, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,11 +5,13 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro.crs import ProfileTableError, ReferenceFrame, cell_profiles
+from crsrepro import analyses, crs, dimensions, stats
+from crsrepro.analyses import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
+                               control_probe_agreement, external_validity, insertion_experiment,
+                               leave_one_dataset_out, recalibration_summary, welch_transfer_test)
+from crsrepro.crs import ReferenceFrame
+from crsrepro.dimensions import ProfileTableError, cell_profiles
 from crsrepro.metrics import aulc, label_efficiency_retention, robustness_raw
-from crsrepro.stats import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
-                            control_probe_agreement, external_validity, insertion_experiment, leave_one_dataset_out,
-                            recalibration_summary, welch_transfer_test)
 
 FAMILIES = {"g1": "general", "g2": "general", "g3": "general", "m1": "medical", "m2": "medical", "s1": "specialist"}
 QUALITY = {"g1": 0.1, "g2": 0.3, "g3": 0.5, "m1": 0.6, "m2": 0.8, "s1": 0.9}
@@ -48,6 +50,18 @@ def make_runs(seeds=(0, 1, 2)):
 
 
 RUNS = make_runs()
+
+
+def test_moved_names_are_importable_from_their_old_homes():
+    """Issue 9 moved the runs -> dimensions code and the analyses; the old import paths still work."""
+    for name in ("RUN_COLUMNS", "PRIMARY", "select_runs", "is_perturbation", "is_transfer", "cell_profiles",
+                 "reliability_profiles", "ProfileTableError"):
+        assert getattr(crs, name) is getattr(dimensions, name)
+    assert dimensions.cell_profiles is dimensions.reliability_profiles
+    for name in stats._MOVED_TO_ANALYSES:
+        assert getattr(stats, name) is getattr(analyses, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        stats.nope
 
 
 def test_cell_profiles_by_hand():
