@@ -215,16 +215,24 @@ class ReferenceFrame:
         Component weights; default :data:`DEFAULT_WEIGHTS`.
     description : str
         Free text saved with the frame (e.g. the profile and run it was frozen from).
+    results_hash : str or None
+        The hash of the results the frame was frozen from (the caller's choice of hash, e.g. the
+        SHA-256 of ``results.parquet``), or None when not recorded (frames saved before it existed).
+        Saved with the frame and part of its content hash; :meth:`check_results` compares it.
+    path : Path or None
+        The file the frame was read from (set by :meth:`load`; not part of the content).
     """
 
     reference: pd.DataFrame = field(repr=False)
     anchors: dict = field(default_factory=lambda: dict(DEFAULT_ANCHORS))
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     description: str = ""
+    results_hash: str | None = None
+    path: Path | None = None
 
     @classmethod
     def freeze(cls, profiles: pd.DataFrame, *, anchors: dict | None = None, weights: dict | None = None,
-               description: str = "") -> "ReferenceFrame":
+               description: str = "", results_hash: str | None = None) -> "ReferenceFrame":
         """Normalise the reference panel's reliability profiles (seeds averaged); freeze them with the anchors.
 
         Parameters
@@ -235,13 +243,18 @@ class ReferenceFrame:
             Override :data:`DEFAULT_ANCHORS` / :data:`DEFAULT_WEIGHTS` (every key must be given).
         description : str
             Saved with the frame.
+        results_hash : str, optional
+            The hash of the results ``profiles`` were built from (see the class attributes).
         """
+        if results_hash is not None and not isinstance(results_hash, str):
+            raise FrameError(f"results_hash must be a string or None, got {results_hash!r}")
         anchors = {d: tuple(float(v) for v in (anchors or DEFAULT_ANCHORS)[d]) for d in DIMENSIONS}
         weights = {c: float((weights or DEFAULT_WEIGHTS)[c]) for c in COMPONENTS}
         cells = cell_means(profiles, where="reference profiles")
         p = normalise(cells[list(DIMENSIONS)].to_numpy(), anchors)
         reference = cells[["encoder", "dataset"]].assign(**dict(zip(NORMALISED, p.T)))
-        return cls(reference=reference, anchors=anchors, weights=weights, description=description)
+        return cls(reference=reference, anchors=anchors, weights=weights, description=description,
+                   results_hash=results_hash)
 
     @property
     def datasets(self) -> list[str]:
@@ -264,15 +277,37 @@ class ReferenceFrame:
         return _score_cells(self.reference[["encoder", "dataset"]], self.reference[list(NORMALISED)].to_numpy(float),
                             self)
 
+    def check_results(self, results_hash: str) -> str | None:
+        """None when the frame was frozen from results with this hash, else a one-line message.
+
+        The message names the frame file (or says the frame is not saved) and both hashes; the book
+        shows it as a warning and ``crsrepro score`` raises it as an error (issue 9).
+        """
+        if self.results_hash == results_hash:
+            return None
+        where = str(self.path) if self.path is not None else "the reference frame (not saved)"
+        if self.results_hash is None:
+            return (f"{where}: the frame records no results hash, so it cannot be checked against the results "
+                    f"(hash {results_hash[:12]}); re-freeze it (crsrepro freeze-frame)")
+        return (f"{where}: frozen from results {self.results_hash[:12]}, but the results now hash to "
+                f"{results_hash[:12]}; the frame is stale, re-freeze it (crsrepro freeze-frame)")
+
     # ---- persistence
     def to_dict(self) -> dict:
-        """The saved content (without the hash): plain Python types, floats exact."""
+        """The saved content (without the hash): plain Python types, floats exact.
+
+        ``results_hash`` is included only when recorded, so frames saved before it existed keep
+        their content hash.
+        """
         rows = [{"encoder": str(r.encoder), "dataset": str(r.dataset),
                  **{c: float(getattr(r, c)) for c in NORMALISED}} for r in self.reference.itertuples()]
-        return {"version": FRAME_FORMAT_VERSION, "description": self.description,
-                "anchors": {d: [float(v) for v in self.anchors[d]] for d in DIMENSIONS},
-                "weights": {c: float(self.weights[c]) for c in COMPONENTS},
-                "reference": rows}
+        content = {"version": FRAME_FORMAT_VERSION, "description": self.description,
+                   "anchors": {d: [float(v) for v in self.anchors[d]] for d in DIMENSIONS},
+                   "weights": {c: float(self.weights[c]) for c in COMPONENTS},
+                   "reference": rows}
+        if self.results_hash is not None:
+            content["results_hash"] = self.results_hash
+        return content
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical YAML of :meth:`to_dict`."""
@@ -321,9 +356,12 @@ class ReferenceFrame:
             frame = cls(reference=pd.DataFrame(content["reference"], columns=["encoder", "dataset", *NORMALISED]),
                         anchors={d: tuple(content["anchors"][d]) for d in DIMENSIONS},
                         weights={c: content["weights"][c] for c in COMPONENTS},
-                        description=content.get("description", ""))
+                        description=content.get("description", ""),
+                        results_hash=content.get("results_hash"), path=path)
         except (KeyError, TypeError, ValueError) as exc:
             raise FrameError(f"{path}: malformed frame content ({exc})") from None
+        if frame.results_hash is not None and not isinstance(frame.results_hash, str):
+            raise FrameError(f"{path}: results_hash must be a string, got {frame.results_hash!r}")
         return frame
 
 
