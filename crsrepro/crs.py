@@ -161,8 +161,9 @@ def crs_components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray,
     ----------
     p : array of shape (n, ..., 4)
         Normalised profiles; any axes between the first and the last are batch axes (replicates).
-    reference : array of shape (m, 4)
-        The normalised reference profiles of the same dataset.
+    reference : array of shape (m, 4) or (..., m, 4)
+        The normalised reference profiles of the same dataset: one set for every profile, or one set
+        per replicate (the batch axes of ``p``; the seed-paired bootstrap's resampled peers).
     peers : bool array of shape (n, m)
         ``peers[i, j]`` is True when reference profile j is a peer of profile i.
     weights : dict
@@ -371,14 +372,60 @@ def _sha256(content: dict) -> str:
 
 # --------------------------------------------------------------------------- scoring
 
-def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame) -> pd.DataFrame:
-    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) against ``frame``."""
-    out = {c: np.empty(len(cells)) for c in (*COMPONENTS, "crs")}
+PEERS = ("frozen", "resampled")
+"""Whose profiles a cell is compared with: the frame's frozen reference profiles, or (for replicates
+of the seed-paired bootstrap) the same replicate's profiles of the reference encoders."""
+
+
+def score_by_dataset(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame, *,
+                     peers: str = "frozen") -> dict[str, np.ndarray]:
+    """The CRS components of normalised profiles ``p``, dataset by dataset, under ``frame``.
+
+    This is the one loop over datasets, reference profiles and peers; :func:`crs_scores` and the
+    seed-paired bootstrap both call it.
+
+    Parameters
+    ----------
+    cells : DataFrame
+        Columns ``encoder, dataset``, one row per row of ``p``.
+    p : array of shape (n, ..., 4)
+        Normalised profiles (any axes between the first and the last are replicates).
+    frame : ReferenceFrame
+        Supplies the weights, the reference encoders and their frozen profiles.
+    peers : {"frozen", "resampled"}, default "frozen"
+        ``frozen``: compare with the frame's reference profiles. ``resampled``: a reference encoder
+        with a row in ``cells`` on the dataset is represented by that row of ``p`` (replicate by
+        replicate); reference encoders without a row keep their frozen profile (their count is logged).
+
+    Returns
+    -------
+    dict of arrays of shape (n, ...)
+        ``pareto``, ``proximity``, ``worst`` and ``crs``.
+    """
+    if peers not in PEERS:
+        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
+    p = np.asarray(p, float)
+    encoders = cells["encoder"].to_numpy()
+    out = {c: np.empty(p.shape[:-1]) for c in (*COMPONENTS, "crs")}
     for dataset, rows in cells.groupby("dataset", sort=True).indices.items():
         ref_encoders, reference = frame.reference_for(dataset)
-        peers = cells["encoder"].to_numpy()[rows, None] != ref_encoders[None, :]
-        for name, values in crs_components(p[rows], reference, peers, frame.weights).items():
+        if peers == "resampled":
+            row_of = dict(zip(encoders[rows], rows))
+            frozen = [e for e in ref_encoders if e not in row_of]
+            if frozen:
+                logger.info("dataset %s: %d reference encoder(s) have no profiles here and keep their frozen "
+                            "profile as peers: %s", dataset, len(frozen), ", ".join(frozen))
+            reference = np.stack([p[row_of[e]] if e in row_of else np.broadcast_to(ref, p.shape[1:])
+                                  for e, ref in zip(ref_encoders, reference)], axis=-2)  # (..., m, 4)
+        peer_mask = encoders[rows, None] != ref_encoders[None, :]
+        for name, values in crs_components(p[rows], reference, peer_mask, frame.weights).items():
             out[name][rows] = values
+    return out
+
+
+def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame) -> pd.DataFrame:
+    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) against ``frame``'s frozen peers."""
+    out = score_by_dataset(cells, p, frame)
     return cells.reset_index(drop=True).assign(**dict(zip(NORMALISED, p.T)), **out)
 
 

@@ -30,7 +30,8 @@ import torch
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from crsrepro.crs import DIMENSIONS, ReferenceFrame, aggregate_crs, cell_means, crs_components, crs_scores, normalise
+from crsrepro.crs import (DIMENSIONS, PEERS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
+                          score_by_dataset)
 from crsrepro.dimensions import ProfileTableError
 from crsrepro.metrics import macro_auroc
 
@@ -239,25 +240,57 @@ def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.n
     return wide.index.to_frame(index=False), seeds, values
 
 
+def _seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:
+    """(n_resamples, n_seeds) weights: how often each seed was drawn (with replacement) / n_seeds.
+
+    One draw of ``n_seeds`` seeds per replicate; the seed-paired and the two-level bootstraps draw
+    seeds with this function, so the same ``rng`` gives both the same seed draws.
+    """
+    draws = generator.integers(0, n_seeds, size=(n_resamples, n_seeds))
+    weights = np.zeros((n_resamples, n_seeds))
+    np.add.at(weights, (np.arange(n_resamples)[:, None], draws), 1.0 / n_seeds)
+    return weights
+
+
 def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_resamples: int = 10000,
-                          rng=0) -> SeedBootstrapResult:
+                          rng=0, peers: str = "resampled") -> SeedBootstrapResult:
     """The paper's seed-paired bootstrap of aggregate CRS ranks (DESIGN.md section 10).
 
     Each replicate draws S seeds with replacement from the S seeds (one draw shared by every cell),
-    averages each cell's per-seed profiles with those multiplicities, normalises them with the
-    frame's anchors, scores them against the frame's frozen peers (:func:`crsrepro.crs.crs_components`,
-    the same code as :func:`crsrepro.crs.crs_scores`), averages each encoder's cells and ranks the
-    encoders. All replicates are computed at once as arrays.
+    averages each cell's per-seed reliability profiles with those multiplicities, normalises them
+    with the frame's anchors, scores every cell against the *same replicate's* profiles of its peers
+    (:func:`crsrepro.crs.score_by_dataset`, the code of :func:`crsrepro.crs.crs_scores`, with the
+    frame's weights), averages each encoder's cells and ranks the encoders. All replicates are
+    computed at once as arrays.
+
+    What each number estimates:
+
+    - ``estimate`` is the published point estimate: each encoder's aggregate CRS of its seed-mean
+      profiles against the frozen frame (:func:`crsrepro.crs.crs_scores`, what the book and the
+      claims page print). When the frame was frozen from these same profiles it is also the
+      replicate of the identity draw (every seed once).
+    - ``replicates`` (``peers="resampled"``, the default) are the aggregate CRS the panel would have
+      published had its seeds been the drawn ones: the frame's anchors and weights, with the panel
+      re-run together. Their spread is the seed-to-seed variability of the published scores, and a
+      seed effect shared by every encoder (an easy split) cancels in the Pareto term of a paired
+      difference, as the pairing intends. The frozen frame stays the reference for newcomers
+      (:func:`crsrepro.crs.score_encoder`) and for ``estimate``.
+    - ``peers="frozen"`` scores each replicate against the frame's frozen peer profiles instead:
+      the spread of an encoder's score against a fixed panel when only its own seeds vary. It breaks
+      the pairing of the Pareto term and is offered for comparison only (issue 10's toy panel).
 
     Parameters
     ----------
     per_seed_profiles : DataFrame
-        A profiles table with a ``seed`` column; every cell must have every seed.
+        A reliability-profiles table with a ``seed`` column; every cell must have every seed.
     frame : ReferenceFrame
-        The frozen frame (fixed mode).
+        The frozen frame (fixed mode). A reference encoder without rows in ``per_seed_profiles``
+        keeps its frozen profile as a peer in every replicate (logged).
     n_resamples : int, default 10000
         The paper's count.
     rng : int or numpy Generator, default 0
+    peers : {"resampled", "frozen"}, default "resampled"
+        Whose profiles a replicate is compared with (see above; the paper: resampled, DESIGN.md 10).
 
     Returns
     -------
@@ -265,16 +298,12 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
         ``p_rank1``, ``p_top3``, ``rank_probabilities``, ``replicates`` and ``paired_diff_ci(a, b)``.
     """
     _check_n_resamples(n_resamples)
+    if peers not in PEERS:
+        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
     cells, seeds, values = _per_seed_array(per_seed_profiles)
-    draws = _as_generator(rng).integers(0, len(seeds), size=(n_resamples, len(seeds)))
-    weights = np.zeros((n_resamples, len(seeds)))
-    np.add.at(weights, (np.arange(n_resamples)[:, None], draws), 1.0 / len(seeds))
+    weights = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
     p = normalise(np.einsum("bs,csk->cbk", weights, values), frame.anchors)  # (cells, replicates, 4)
-    crs = np.empty((len(cells), n_resamples))
-    for dataset, rows in cells.groupby("dataset", sort=True).indices.items():
-        ref_encoders, reference = frame.reference_for(dataset)
-        peers = cells["encoder"].to_numpy()[rows, None] != ref_encoders[None, :]
-        crs[rows] = crs_components(p[rows], reference, peers, frame.weights)["crs"]
+    crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (cells, replicates)
     encoders = np.sort(cells["encoder"].unique())
     membership = (cells["encoder"].to_numpy()[None, :] == encoders[:, None]).astype(float)
     aggregate = (membership / membership.sum(1, keepdims=True)) @ crs  # (encoders, replicates)
