@@ -33,7 +33,7 @@ from tqdm import tqdm
 from crsrepro.crs import (DIMENSIONS, PEERS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
                           score_by_dataset)
 from crsrepro.dimensions import ProfileTableError
-from crsrepro.metrics import macro_auroc
+from crsrepro.metrics import expected_calibration_error, macro_auroc
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +189,15 @@ class BootstrapReplicates:
         low, high = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
         return PairedDifference(a=a, b=b, estimate=float(self.estimate[a] - self.estimate[b]), ci_low=float(low),
                                 ci_high=float(high), level=level, n_resamples=self.n_resamples)
+
+    def percentile_interval(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``estimate`` and the percentile interval ``ci_low, ci_high`` of its replicates.
+
+        NaN replicates (an AUROC with one class in the resample) are left out, as in :meth:`paired_diff_ci`.
+        """
+        _check_level(level)
+        low, high = (self.replicates.quantile(q) for q in ((1 - level) / 2, (1 + level) / 2))
+        return pd.DataFrame({"estimate": self.estimate, "ci_low": low, "ci_high": high})
 
 
 @dataclass(frozen=True)
@@ -346,6 +355,17 @@ def _weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Te
     return torch.nanmean(torch.stack(per_column, 1), 1)
 
 
+def _case_counts(generator: np.random.Generator, n_replicates: int, n_cases: int) -> np.ndarray:
+    """(n_replicates, n_cases) multiplicities of N test cases drawn with replacement, one draw per row.
+
+    The case-level and the two-level bootstraps draw cases with this function, batch by batch.
+    """
+    draws = generator.integers(0, n_cases, size=(n_replicates, n_cases))
+    counts = np.bincount((draws + n_cases * np.arange(n_replicates)[:, None]).ravel(),
+                         minlength=n_replicates * n_cases)
+    return counts.reshape(n_replicates, n_cases)
+
+
 def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], *, task: str,
                           n_resamples: int = 1000, rng=0, device: str = "cpu", batch_size: int = 250,
                           progress: bool = True) -> BootstrapReplicates:
@@ -397,12 +417,171 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
     starts = range(0, n_resamples, batch_size)
     for start in tqdm(starts, desc="case bootstrap", disable=not progress):
         b = min(batch_size, n_resamples - start)
-        draws = generator.integers(0, n_cases, size=(b, n_cases))
-        counts = np.bincount((draws + n_cases * np.arange(b)[:, None]).ravel(), minlength=b * n_cases)
-        counts_t = torch.as_tensor(counts.reshape(b, n_cases), dtype=torch.float64, device=dev)
+        counts_t = torch.as_tensor(_case_counts(generator, b, n_cases), dtype=torch.float64, device=dev)
         for j, e in enumerate(encoders):
             out[start:start + b, j] = _weighted_macro_auroc(y_t, score_t[e], counts_t).cpu().numpy()
     return BootstrapReplicates(estimate=estimate, replicates=pd.DataFrame(out, columns=encoders))
+
+
+# --------------------------------------------------------------------------- two-level bootstrap
+
+def _weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, task: str,
+                  n_bins: int) -> torch.Tensor:
+    """ECE for each row of ``counts`` (case multiplicities), as :func:`crsrepro.metrics.expected_calibration_error`.
+
+    Multi-class: ``y`` (N,) class ids, top-label confidence ``max_k p_k`` and correctness ``argmax == y``.
+    Multi-label: ``y`` (N, L) 0/1 with NaN masked, per label ``conf = max(p, 1 - p)`` and correctness
+    ``(p > 0.5) == y``, then the mean over the labels that keep an unmasked case in the resample. Bins
+    are ``(m-1)/M < conf <= m/M``; a case counted c times weighs c, so a bin's ``|acc - conf| * n_m / N``
+    is ``|sum_i c_i (correct_i - conf_i)| / sum_i c_i`` over its cases.
+    """
+    edges = torch.arange(n_bins + 1, dtype=torch.float64, device=prob.device) / n_bins
+
+    def binned_error(conf, correct, weights):  # weights (B, N) -> (B,)
+        index = torch.clamp(torch.searchsorted(edges, conf) - 1, 0, n_bins - 1)
+        gaps = torch.zeros(weights.shape[0], n_bins, dtype=weights.dtype, device=weights.device).index_add_(
+            1, index, weights * (correct - conf))
+        total = weights.sum(1)
+        return gaps.abs().sum(1) / torch.where(total > 0, total, torch.nan)
+
+    if task == "multiclass":
+        conf, predicted = prob.max(1)
+        return binned_error(conf, (predicted == y).double(), counts)
+    per_label = []
+    for k in range(y.shape[1]):
+        seen = ~torch.isnan(y[:, k])
+        p = prob[:, k]
+        correct = ((p > 0.5) == (y[:, k] == 1)).double()
+        per_label.append(binned_error(torch.maximum(p, 1 - p), correct, counts * seen))
+    return torch.nanmean(torch.stack(per_label, 1), 1)
+
+
+@dataclass(frozen=True)
+class TwoLevelBootstrapResult:
+    """The two-level (seeds x test cases) paired bootstrap of D and C (beyond the paper, DESIGN.md 10).
+
+    Attributes
+    ----------
+    auroc, ece : BootstrapReplicates
+        By encoder, the point estimate (the mean over seeds of the per-seed macro AUROC / ECE on the
+        whole test set: the D and C of the reliability profile) and one replicate per row; row r of
+        every encoder used the same seed draw and the same case draw, so differences are paired.
+    n_seeds, n_cases : int
+    resample_cases : bool
+        False when only seeds were resampled (the seed-only bootstrap of D and C).
+    """
+
+    auroc: BootstrapReplicates
+    ece: BootstrapReplicates
+    n_seeds: int
+    n_cases: int
+    resample_cases: bool
+
+    def summary(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, ece, ece_ci_low, ece_ci_high`` (percentile)."""
+        parts = [self.auroc.percentile_interval(level).add_prefix("auroc_"),
+                 self.ece.percentile_interval(level).add_prefix("ece_")]
+        out = pd.concat(parts, axis=1).rename(columns={"auroc_estimate": "auroc", "ece_estimate": "ece"})
+        out.index.name = "encoder"
+        return out
+
+
+def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, task: str, n_resamples: int = 1000,
+                        rng=0, device: str = "cpu", resample_cases: bool = True, n_bins: int = 15,
+                        batch_size: int = 250, progress: bool = False) -> TwoLevelBootstrapResult:
+    """Paired bootstrap over seeds *and* test cases of the macro AUROC and the ECE (beyond the paper).
+
+    Each replicate draws S seeds with replacement (the draw of :func:`seed_paired_bootstrap` with
+    the same ``rng``) and N test cases with replacement (as :func:`case_paired_bootstrap` draws
+    them), one draw shared by every encoder. For each drawn seed the metric is computed on the drawn
+    cases from that seed's probabilities, and the replicate is the mean over the drawn seeds (with
+    their multiplicities), just as a reliability profile's D and C are means over seeds of per-seed
+    metrics **[ours: not the metric of seed-averaged probabilities]**. The intervals therefore
+    include the test-set sampling noise that the seed-only bootstrap leaves out. AUROC is
+    :func:`crsrepro.metrics.macro_auroc` and ECE :func:`crsrepro.metrics.expected_calibration_error`
+    (15 bins, top-label; macro of the binary top-label ECE for multi-label), computed with case
+    weights in torch on ``device``; the draws come from numpy, so a seed gives the same replicates
+    on any device.
+
+    Parameters
+    ----------
+    y_true : array
+        Class ids (N,) for ``task="multiclass"``; 0/1/NaN (N, L) for ``"multilabel"``.
+    probs : mapping of encoder id to array of shape (S, N, K)
+        Each encoder's per-case test probabilities of the full-label probe, one slice per run seed:
+        the same S seeds in the same order and the same N cases in the same order for every encoder.
+        float16 is accepted (the compact store); values are computed in float64.
+    task : {"multiclass", "multilabel"}
+    n_resamples : int, default 1000 **[ours]**
+    rng : int or numpy Generator, default 0
+    device : str, default "cpu"
+        A torch device, e.g. ``"cuda"``; the same code runs on either.
+    resample_cases : bool, default True
+        False keeps every case once: the seed-only bootstrap of D and C. With one seed there is
+        nothing to draw for seeds, and the replicates are those of :func:`case_paired_bootstrap`.
+    n_bins : int, default 15
+        ECE bins (the paper's 15).
+    batch_size : int, default 250 **[ours]**
+        Replicates per batch: bounds memory at about ``batch_size x N x 8`` bytes per tensor.
+    progress : bool, default False
+        Show a progress bar over batches.
+
+    Returns
+    -------
+    TwoLevelBootstrapResult
+        ``auroc`` and ``ece`` (estimate and replicates by encoder) and ``summary(level)``.
+
+    Raises
+    ------
+    ValueError
+        No encoder, an array that is not (S, N, K) with N = len(y_true), encoders with different
+        shapes, or (from :mod:`crsrepro.metrics`) labels or probabilities out of range.
+    """
+    _check_n_resamples(n_resamples)
+    if not probs:
+        raise ValueError("probs must map at least one encoder id to its (seeds, cases, classes) probabilities")
+    encoders = sorted(probs)
+    arrays = {e: np.asarray(probs[e]) for e in encoders}
+    shape = arrays[encoders[0]].shape
+    for e in encoders:
+        if arrays[e].ndim != 3 or arrays[e].shape[1] != len(y_true):
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, expected (seeds, {len(y_true)} cases, "
+                             f"classes or labels)")
+        if arrays[e].shape != shape:
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, probs[{encoders[0]!r}] has {shape}: every "
+                             f"encoder needs the same seeds and cases")
+    n_seeds, n_cases = shape[0], shape[1]
+    auroc = {e: np.mean([macro_auroc(y_true, a, task=task) for a in arrays[e]]) for e in encoders}
+    ece = {e: np.mean([expected_calibration_error(y_true, a, task=task, n_bins=n_bins) for a in arrays[e]])
+           for e in encoders}  # the point estimates; they also validate labels, shapes and probabilities
+    generator = _as_generator(rng)
+    seed_weights = (_seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
+                    else np.ones((n_resamples, 1)))  # one seed: nothing to draw
+    dev = torch.device(device)
+    y = torch.as_tensor(np.asarray(y_true, float), dtype=torch.float64, device=dev)
+    if task == "multiclass":  # class ids for the ECE, one-vs-rest columns for the AUROC
+        y, y_auroc = y.long(), torch.nn.functional.one_hot(y.long(), shape[2]).double()
+    else:
+        y_auroc = y
+    stored = {e: torch.as_tensor(arrays[e], device=dev) for e in encoders}  # kept in their (compact) dtype
+    out = {m: np.empty((n_resamples, len(encoders))) for m in ("auroc", "ece")}
+    for start in tqdm(range(0, n_resamples, batch_size), desc="two-level bootstrap", disable=not progress):
+        b = min(batch_size, n_resamples - start)
+        counts = (_case_counts(generator, b, n_cases) if resample_cases else np.ones((b, n_cases)))
+        counts_t = torch.as_tensor(counts, dtype=torch.float64, device=dev)
+        w = torch.as_tensor(seed_weights[start:start + b], dtype=torch.float64, device=dev)  # (b, S)
+        for j, e in enumerate(encoders):
+            per_seed = {"auroc": [], "ece": []}
+            for s in range(n_seeds):
+                prob = stored[e][s].double()
+                per_seed["auroc"].append(_weighted_macro_auroc(y_auroc, prob, counts_t))
+                per_seed["ece"].append(_weighted_ece(y, prob, counts_t, task=task, n_bins=n_bins))
+            for m in out:
+                out[m][start:start + b, j] = (w * torch.stack(per_seed[m], 1)).sum(1).cpu().numpy()
+    return TwoLevelBootstrapResult(
+        auroc=BootstrapReplicates(estimate=pd.Series(auroc), replicates=pd.DataFrame(out["auroc"], columns=encoders)),
+        ece=BootstrapReplicates(estimate=pd.Series(ece), replicates=pd.DataFrame(out["ece"], columns=encoders)),
+        n_seeds=n_seeds, n_cases=n_cases, resample_cases=resample_cases)
 
 
 # --------------------------------------------------------------------------- moved to crsrepro.analyses
