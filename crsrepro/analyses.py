@@ -217,66 +217,148 @@ def control_probe_agreement(runs: pd.DataFrame, *, metric: str = "auroc") -> pd.
     return pd.DataFrame(out)
 
 
+VAL_CV_ECE = "val_cv_ece"
+"""The grid's metric for choosing a recalibrator inside val: the cross-validated ECE within the
+val/calibration split, per recalibrator and for ``none``, on the full-label linear probe's clean rows."""
+BEST_IN_VAL = "best_in_val"
+"""The summary row of the recalibrator chosen per cell by :data:`VAL_CV_ECE` (never by test ECE)."""
+PAPER_SIX_TESTS: tuple[tuple[str, str], ...] | None = None
+"""The paper's "six main tests" of recalibration as (encoder, dataset) cells: not named by the paper,
+so None. Until they are known, no recalibration summary is comparable with the paper's 54-77 % and
+0.067 [0.024; 0.110]."""
+
+
 @dataclass(frozen=True)
 class RecalibrationSummary:
-    """ECE before and after post-hoc recalibration (DESIGN.md section 8).
+    """ECE before and after post-hoc recalibration (DESIGN.md section 8), three ways (issue 10).
 
     Attributes
     ----------
     cells : DataFrame
-        One row per (encoder, dataset, recalibrator): ``ece_before, ece_after, absolute_drop,
-        relative_reduction, auroc_change``.
+        One row per (encoder, dataset, recalibrator), every cell: ``ece_before, ece_after,
+        absolute_drop, relative_reduction, auroc_change``.
+    best_in_val : DataFrame
+        One row per cell with a :data:`VAL_CV_ECE` for some method: the method with the lowest
+        seed-mean ``val_cv_ece`` (``recalibrator``, possibly ``none``; ties go to the first name in
+        alphabetical order), its ``val_cv_ece`` and the columns of ``cells`` for that method (a change
+        of 0 when ``none`` wins). Empty when the runs have no ``val_cv_ece``: nothing is ever chosen on test.
     summary : DataFrame
-        By recalibrator: ``n_cells``, ``relative_reduction_min/max`` (the paper: 54-77 %),
+        Over every cell, by recalibrator plus the row :data:`BEST_IN_VAL` (all NaN, ``n_cells`` 0,
+        without ``val_cv_ece``): ``n_cells``, ``relative_reduction_min/max`` (the paper: 54-77 %),
         ``mean_absolute_drop`` with its t-interval ``ci_low, ci_high`` over cells (the paper: 0.067
         [0.024; 0.110]) and ``mean_auroc_change`` (the paper: about +0.001).
+    declared : DataFrame
+        The same layout over the declared cells only (the ``cells`` argument); empty when none were declared.
+    declared_cells : tuple of (encoder, dataset)
+    comparable_to_paper : bool
+        Whether the declared cells are the paper's six main tests (:data:`PAPER_SIX_TESTS`); False
+        while the six are unknown, and the paper's recalibration numbers are then not comparable.
+    notes : tuple of str
+        What the reader must know: cells left out, a missing ``val_cv_ece``, the comparability.
     """
 
     cells: pd.DataFrame
+    best_in_val: pd.DataFrame
     summary: pd.DataFrame
+    declared: pd.DataFrame
+    declared_cells: tuple
+    comparable_to_paper: bool
+    notes: tuple
+
+
+_SUMMARY_COLUMNS = ("n_cells", "relative_reduction_min", "relative_reduction_max", "mean_absolute_drop", "ci_low",
+                    "ci_high", "mean_auroc_change")
+
+
+def _summarise_drops(table: pd.DataFrame, level: float) -> pd.Series:
+    """n_cells, the relative-reduction range, the mean absolute drop with its t-interval, the AUROC change."""
+    drop = table["absolute_drop"].to_numpy(float)
+    half = (sps.t.ppf((1 + level) / 2, len(drop) - 1) * drop.std(ddof=1) / np.sqrt(len(drop))
+            if len(drop) > 1 else np.nan)
+    mean = drop.mean() if len(drop) else np.nan
+    values = (len(drop), table["relative_reduction"].min(), table["relative_reduction"].max(), mean, mean - half,
+              mean + half, table["auroc_change"].mean())
+    return pd.Series(dict(zip(_SUMMARY_COLUMNS, values)))
+
+
+def _summary_by_method(table: pd.DataFrame, best: pd.DataFrame, level: float) -> pd.DataFrame:
+    parts = {r: _summarise_drops(g, level) for r, g in table.groupby("recalibrator")}
+    parts[BEST_IN_VAL] = _summarise_drops(best, level)
+    summary = pd.DataFrame(parts).T.astype({"n_cells": int})
+    summary.index.name = "recalibrator"
+    return summary
 
 
 def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | None = None,
                           level: float = 0.95) -> RecalibrationSummary:
-    """How much each recalibrator reduces ECE, per cell and overall (clean test split, 100 % labels).
+    """How much recalibration reduces ECE, per cell and overall (clean test split, 100 % labels).
+
+    Three summaries (issue 10): each recalibrator over every cell; the recalibrator chosen per cell
+    inside val (the lowest seed-mean :data:`VAL_CV_ECE`, never the test ECE), over every cell; and
+    both again over a declared selection of cells, a sensitivity check for the paper's unnamed "six
+    main tests".
 
     Parameters
     ----------
     runs : DataFrame
-        A runs table with ``recalibrator`` rows ``none`` and at least one other.
+        A runs table with ``recalibrator`` rows ``none`` and at least one other; a ``val_cv_ece``
+        column enables the best-in-val choice.
     cells : list of (encoder, dataset), optional **[ours]**
-        The cells that count. The paper reports "six main tests" without naming them; the default
-        None counts every cell.
+        The declared selection summarised in ``declared``. The paper reports "six main tests"
+        without naming them; the default None declares none.
     level : float, default 0.95
         Level of the t-interval of the mean absolute drop over cells **[ours: a t-interval]**.
     """
     _check_level(level)
     rows = select_runs(runs, recalibrator=None, condition="clean", label_fraction=1.0)
-    means = _seed_means(rows, ["encoder", "dataset", "recalibrator"]).reset_index()
-    if cells is not None:
-        chosen = pd.MultiIndex.from_tuples(cells)
-        means = means[pd.MultiIndex.from_frame(means[["encoder", "dataset"]]).isin(chosen)]
+    has_val = VAL_CV_ECE in rows.columns and rows[VAL_CV_ECE].notna().any()
+    means = _seed_means(rows, ["encoder", "dataset", "recalibrator"],
+                        ["auroc", "ece"] + ([VAL_CV_ECE] if has_val else [])).reset_index()
     before = means[means["recalibrator"] == "none"].set_index(["encoder", "dataset"])
     after = means[means["recalibrator"] != "none"].join(before[["ece", "auroc"]].add_suffix("_before"),
-                                                        on=["encoder", "dataset"]).dropna(subset=["ece_before"])
+                                                        on=["encoder", "dataset"])
+    notes = []
+    orphans = after["ece_before"].isna()
+    if orphans.any():
+        notes.append(f"{int(orphans.sum())} recalibrated (cell, method) rows have no uncalibrated run and are "
+                     f"left out")
+        logger.info("recalibration summary: %s", notes[-1])
+    after = after[~orphans]
     table = pd.DataFrame({"encoder": after["encoder"], "dataset": after["dataset"],
                           "recalibrator": after["recalibrator"], "ece_before": after["ece_before"],
                           "ece_after": after["ece"], "absolute_drop": after["ece_before"] - after["ece"],
                           "relative_reduction": (after["ece_before"] - after["ece"]) / after["ece_before"],
                           "auroc_change": after["auroc"] - after["auroc_before"]}).reset_index(drop=True)
-
-    def summarise(group):
-        drop = group["absolute_drop"].to_numpy()
-        half = (sps.t.ppf((1 + level) / 2, len(drop) - 1) * drop.std(ddof=1) / np.sqrt(len(drop))
-                if len(drop) > 1 else np.nan)
-        return pd.Series({"n_cells": len(drop), "relative_reduction_min": group["relative_reduction"].min(),
-                          "relative_reduction_max": group["relative_reduction"].max(),
-                          "mean_absolute_drop": drop.mean(), "ci_low": drop.mean() - half,
-                          "ci_high": drop.mean() + half, "mean_auroc_change": group["auroc_change"].mean()})
-
-    summary = pd.DataFrame({r: summarise(g) for r, g in table.groupby("recalibrator")}).T.astype({"n_cells": int})
-    summary.index.name = "recalibrator"
-    return RecalibrationSummary(cells=table, summary=summary)
+    best_columns = ["encoder", "dataset", "recalibrator", VAL_CV_ECE, *table.columns[3:]]
+    if has_val:
+        candidates = means.dropna(subset=[VAL_CV_ECE]).sort_values(["encoder", "dataset", "recalibrator"])
+        chosen = candidates.loc[candidates.groupby(["encoder", "dataset"])[VAL_CV_ECE].idxmin()]
+        stay = before.reset_index()[["encoder", "dataset", "ece"]].assign(
+            recalibrator="none", ece_before=lambda t: t["ece"], ece_after=lambda t: t["ece"], absolute_drop=0.0,
+            relative_reduction=0.0, auroc_change=0.0).drop(columns="ece")
+        outcomes = pd.concat([table, stay], ignore_index=True)
+        best = chosen[["encoder", "dataset", "recalibrator", VAL_CV_ECE]].merge(
+            outcomes, on=["encoder", "dataset", "recalibrator"], how="inner")[best_columns].reset_index(drop=True)
+        n_cells = before.index.nunique()
+        if len(best) < n_cells:
+            notes.append(f"{n_cells - len(best)} of {n_cells} cells have no {VAL_CV_ECE} for any method and no "
+                         f"best-in-val choice")
+            logger.info("recalibration summary: %s", notes[-1])
+    else:
+        best = pd.DataFrame(columns=best_columns)
+        notes.append(f"the runs have no {VAL_CV_ECE} (cross-validated ECE inside val), so no recalibrator is "
+                     f"chosen per cell: the {BEST_IN_VAL} summary is empty (never chosen on test ECE)")
+    declared_cells = tuple(tuple(c) for c in cells) if cells is not None else ()
+    in_declared = lambda t: pd.MultiIndex.from_frame(t[["encoder", "dataset"]]).isin(declared_cells)  # noqa: E731
+    declared = (_summary_by_method(table[in_declared(table)], best[in_declared(best)], level) if declared_cells
+                else pd.DataFrame(columns=list(_SUMMARY_COLUMNS)))
+    comparable = PAPER_SIX_TESTS is not None and set(declared_cells) == set(PAPER_SIX_TESTS)
+    if not comparable:
+        notes.append("the paper's six main tests of recalibration are not named, so no summary here is comparable "
+                     "with its 54-77 % and 0.067 [0.024; 0.110]")
+    return RecalibrationSummary(cells=table, best_in_val=best, summary=_summary_by_method(table, best, level),
+                                declared=declared, declared_cells=declared_cells, comparable_to_paper=comparable,
+                                notes=tuple(notes))
 
 
 @dataclass(frozen=True)
