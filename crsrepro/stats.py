@@ -9,6 +9,10 @@
   and paired CRS differences with percentile intervals.
 - :func:`case_paired_bootstrap` (beyond the paper) resamples test images, the same indices for
   every encoder, and recomputes the macro AUROC of each encoder; it runs in torch on any device.
+- :func:`two_level_bootstrap` (beyond the paper) resamples seeds *and* test cases from stored per-case
+  probabilities and gives intervals of D (macro AUROC) and C (ECE) that include test-set noise.
+- :func:`seed_variance` and :func:`has_seed_variance` check that the seeds vary D, C and R at all,
+  the condition for the seed bootstrap to be comparable with the paper's.
 
 The paper's analyses (insertion experiment, external validity, recalibration summary, ...) are in
 :mod:`crsrepro.analyses`; their names are still importable from here (``crsrepro.stats.X`` is
@@ -247,6 +251,55 @@ def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.n
                                 f"expected every seed {seeds.tolist()} (the draw is shared by all encoders)")
     values = np.stack([wide[d].to_numpy(float) for d in DIMENSIONS], axis=-1)  # (cells, seeds, 4)
     return wide.index.to_frame(index=False), seeds, values
+
+
+SEED_VARYING = ("auroc", "ece", "robustness")
+"""The dimensions a run seed must move for the seed bootstrap to mean what the paper says (issue 10):
+D, C and R. Retention moves with the label-subset draw alone."""
+
+
+def seed_variance(per_seed_profiles: pd.DataFrame) -> pd.DataFrame:
+    """The spread over seeds of every dimension, per cell.
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, dataset): ``n_seeds`` and ``sd_auroc, sd_ece, sd_retention,
+        sd_robustness``, the sample SD over seeds (ddof 1; NaN with one seed).
+    """
+    if "seed" not in per_seed_profiles.columns:
+        raise ProfileTableError("per-seed profiles: missing column seed (the seed variance is a spread over seeds)")
+    cell_means(per_seed_profiles, where="per-seed profiles")  # validates columns, values and duplicates
+    grouped = per_seed_profiles.groupby(["encoder", "dataset"], sort=True)
+    sd = grouped[list(DIMENSIONS)].std(ddof=1).add_prefix("sd_")
+    return grouped.size().rename("n_seeds").to_frame().join(sd).reset_index()
+
+
+def has_seed_variance(per_seed_profiles: pd.DataFrame, *, atol: float = 1e-12) -> bool:
+    """Whether the SD over seeds of D, C and R (:data:`SEED_VARYING`) exceeds ``atol`` in every cell.
+
+    The claims page marks the seed-bootstrap claims comparable with the paper only when this holds:
+    a bootstrap over seeds that change no D, C or R gives P(rank 1) of 0 or 1 and near-empty intervals.
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column.
+    atol : float, default 1e-12 **[ours]**
+        An SD at or below this counts as zero (identical runs differ by rounding only).
+    """
+    table = seed_variance(per_seed_profiles)
+    flat = ~(table[[f"sd_{d}" for d in SEED_VARYING]] > atol).all(axis=1)  # NaN (one seed) counts as flat
+    if flat.any():
+        first = table[flat].iloc[0]
+        logger.info("%d of %d cells have no seed variance in D, C or R (first: encoder %s, dataset %s)",
+                    int(flat.sum()), len(table), first["encoder"], first["dataset"])
+    return not flat.any()
 
 
 def _seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:

@@ -9,7 +9,8 @@ from scipy import stats as sps
 
 from crsrepro.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
 from crsrepro.metrics import macro_auroc
-from crsrepro.stats import _weighted_macro_auroc, case_paired_bootstrap, rank_agreement, seed_paired_bootstrap
+from crsrepro.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
+                            seed_paired_bootstrap, seed_variance)
 
 import torch
 
@@ -247,3 +248,28 @@ def test_case_bootstrap_paired_ci_coverage_and_sharing():
         low, high = np.quantile(r.replicates["e"], [0.025, 0.975])
         covered += low <= sps.norm.cdf(1 / np.sqrt(2)) <= high  # AUROC of N(0,1) vs N(1,1)
     assert covered >= 34
+
+
+# --------------------------------------------------------------------------- seed variance
+
+def test_seed_variance_and_its_check():
+    per_seed = synthetic_per_seed(n_encoders=3, n_seeds=4, noise=0.02, rng=8)
+    table = seed_variance(per_seed)
+    assert len(table) == 9 and (table["n_seeds"] == 4).all()
+    cell = per_seed[(per_seed["encoder"] == "e01") & (per_seed["dataset"] == "chexpert")]
+    row = table[(table["encoder"] == "e01") & (table["dataset"] == "chexpert")].iloc[0]
+    assert row["sd_ece"] == pytest.approx(np.std(cell["ece"], ddof=1))
+    assert has_seed_variance(per_seed)
+    # the degenerate grid of issue 10: every seed a copy of seed 0 except for retention
+    copies = per_seed.copy()
+    first = copies[copies["seed"] == 0].set_index(["encoder", "dataset"])
+    for d in ("auroc", "ece", "robustness"):
+        copies[d] = first[d].reindex(pd.MultiIndex.from_frame(copies[["encoder", "dataset"]])).to_numpy()
+    assert not has_seed_variance(copies)
+    assert (seed_variance(copies)["sd_retention"] > 0).all()
+    one_flat = per_seed.copy()
+    one_flat.loc[(one_flat["encoder"] == "e02") & (one_flat["dataset"] == "isic2019"), "ece"] = 0.1
+    assert not has_seed_variance(one_flat)  # one cell without variance in C is enough
+    assert not has_seed_variance(per_seed[per_seed["seed"] == 0])  # one seed: no variance to speak of
+    with pytest.raises(ProfileTableError, match="missing column seed"):
+        seed_variance(per_seed.drop(columns="seed"))
