@@ -1,10 +1,12 @@
 """The Clinical Reliability Score (CRS) and its fixed reference frame (DESIGN.md section 9).
 
-A *profile* is the four dimensions of one encoder x dataset cell (DESIGN.md section 8): ``auroc``
-(discrimination D), ``ece`` (calibration C, lower is better), ``retention`` (label efficiency L) and
-``robustness`` (R_raw). A profiles table is a DataFrame with the columns ``encoder, dataset, auroc,
-ece, retention, robustness`` and either one row per cell (already averaged over seeds) or one row
-per seed with a ``seed`` column; seeds are averaged first, as the paper scores seed-averaged cells.
+The CRS scores *reliability profiles*: the paper's four dimensions of one encoder x dataset cell
+(DESIGN.md section 8), ``auroc`` (discrimination D), ``ece`` (calibration C, lower is better),
+``retention`` (label efficiency L) and ``robustness`` (R_raw), built from the runs table by
+:func:`crsrepro.dimensions.reliability_profiles`. A reliability-profiles table is a DataFrame with
+the columns ``encoder, dataset, auroc, ece, retention, robustness`` and either one row per cell
+(already averaged over seeds) or one row per seed with a ``seed`` column; seeds are averaged first,
+as the paper scores seed-averaged cells.
 
 Scoring has two steps.
 
@@ -26,7 +28,11 @@ Scoring has two steps.
 Because a score depends only on (profile, frame), adding encoders changes no published score
 (the paper's invariance property; ``tests/test_crs.py`` proves it bit for bit). ``mode="cohort"``
 instead re-normalises min-max over the current panel and counts dominance within it: it exists only
-for the paper's insertion experiment (:func:`crsrepro.stats.insertion_experiment`).
+for the paper's insertion experiment (:func:`crsrepro.analyses.insertion_experiment`).
+
+The runs-table helpers that used to live here (:data:`RUN_COLUMNS`, :data:`PRIMARY`,
+:func:`select_runs`, :func:`is_perturbation`, :func:`is_transfer`, :func:`cell_profiles`) are
+in :mod:`crsrepro.dimensions` and are re-exported from here.
 
 Examples
 --------
@@ -53,13 +59,14 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from crsrepro.dimensions import (PRIMARY, RUN_COLUMNS, ProfileTableError, cell_profiles,  # noqa: F401 (re-exported)
+                                 is_perturbation, is_transfer, reliability_profiles, select_runs)
 from crsrepro.errors import CrsreproError
-from crsrepro.metrics import label_efficiency_retention, robustness_raw
 
 logger = logging.getLogger(__name__)
 
 DIMENSIONS = ("auroc", "ece", "retention", "robustness")
-"""The four raw dimensions of a profile, in the paper's order D, C, L, R."""
+"""The four raw dimensions of a reliability profile, in the paper's order D, C, L, R."""
 NORMALISED = tuple(f"p_{d}" for d in DIMENSIONS)
 """The columns of the normalised profile p in [0, 1]^4."""
 COMPONENTS = ("pareto", "proximity", "worst")
@@ -76,14 +83,10 @@ class FrameError(CrsreproError, ValueError):
     """A reference frame file is missing, corrupt, of another version, or lacks a dataset."""
 
 
-class ProfileTableError(CrsreproError, ValueError):
-    """A profiles table lacks a column, holds a non-finite value or repeats a cell."""
-
-
-# --------------------------------------------------------------------------- profiles tables
+# --------------------------------------------------------------------------- reliability-profiles tables
 
 def cell_means(profiles: pd.DataFrame, *, where: str = "profiles") -> pd.DataFrame:
-    """Validate a profiles table and return one row per (encoder, dataset) cell, seeds averaged.
+    """Validate a reliability-profiles table and return one row per (encoder, dataset) cell, seeds averaged.
 
     Parameters
     ----------
@@ -158,8 +161,9 @@ def crs_components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray,
     ----------
     p : array of shape (n, ..., 4)
         Normalised profiles; any axes between the first and the last are batch axes (replicates).
-    reference : array of shape (m, 4)
-        The normalised reference profiles of the same dataset.
+    reference : array of shape (m, 4) or (..., m, 4)
+        The normalised reference profiles of the same dataset: one set for every profile, or one set
+        per replicate (the batch axes of ``p``; the seed-paired bootstrap's resampled peers).
     peers : bool array of shape (n, m)
         ``peers[i, j]`` is True when reference profile j is a peer of profile i.
     weights : dict
@@ -212,33 +216,46 @@ class ReferenceFrame:
         Component weights; default :data:`DEFAULT_WEIGHTS`.
     description : str
         Free text saved with the frame (e.g. the profile and run it was frozen from).
+    results_hash : str or None
+        The hash of the results the frame was frozen from (the caller's choice of hash, e.g. the
+        SHA-256 of ``results.parquet``), or None when not recorded (frames saved before it existed).
+        Saved with the frame and part of its content hash; :meth:`check_results` compares it.
+    path : Path or None
+        The file the frame was read from (set by :meth:`load`; not part of the content).
     """
 
     reference: pd.DataFrame = field(repr=False)
     anchors: dict = field(default_factory=lambda: dict(DEFAULT_ANCHORS))
     weights: dict = field(default_factory=lambda: dict(DEFAULT_WEIGHTS))
     description: str = ""
+    results_hash: str | None = None
+    path: Path | None = None
 
     @classmethod
     def freeze(cls, profiles: pd.DataFrame, *, anchors: dict | None = None, weights: dict | None = None,
-               description: str = "") -> "ReferenceFrame":
-        """Normalise the reference panel's profiles (seeds averaged) and freeze them with the anchors.
+               description: str = "", results_hash: str | None = None) -> "ReferenceFrame":
+        """Normalise the reference panel's reliability profiles (seeds averaged); freeze them with the anchors.
 
         Parameters
         ----------
         profiles : DataFrame
-            A profiles table (see the module docstring) of the reference panel.
+            A reliability-profiles table (see the module docstring) of the reference panel.
         anchors, weights : dict, optional
             Override :data:`DEFAULT_ANCHORS` / :data:`DEFAULT_WEIGHTS` (every key must be given).
         description : str
             Saved with the frame.
+        results_hash : str, optional
+            The hash of the results ``profiles`` were built from (see the class attributes).
         """
+        if results_hash is not None and not isinstance(results_hash, str):
+            raise FrameError(f"results_hash must be a string or None, got {results_hash!r}")
         anchors = {d: tuple(float(v) for v in (anchors or DEFAULT_ANCHORS)[d]) for d in DIMENSIONS}
         weights = {c: float((weights or DEFAULT_WEIGHTS)[c]) for c in COMPONENTS}
         cells = cell_means(profiles, where="reference profiles")
         p = normalise(cells[list(DIMENSIONS)].to_numpy(), anchors)
         reference = cells[["encoder", "dataset"]].assign(**dict(zip(NORMALISED, p.T)))
-        return cls(reference=reference, anchors=anchors, weights=weights, description=description)
+        return cls(reference=reference, anchors=anchors, weights=weights, description=description,
+                   results_hash=results_hash)
 
     @property
     def datasets(self) -> list[str]:
@@ -261,15 +278,37 @@ class ReferenceFrame:
         return _score_cells(self.reference[["encoder", "dataset"]], self.reference[list(NORMALISED)].to_numpy(float),
                             self)
 
+    def check_results(self, results_hash: str) -> str | None:
+        """None when the frame was frozen from results with this hash, else a one-line message.
+
+        The message names the frame file (or says the frame is not saved) and both hashes; the book
+        shows it as a warning and ``crsrepro score`` raises it as an error (issue 9).
+        """
+        if self.results_hash == results_hash:
+            return None
+        where = str(self.path) if self.path is not None else "the reference frame (not saved)"
+        if self.results_hash is None:
+            return (f"{where}: the frame records no results hash, so it cannot be checked against the results "
+                    f"(hash {results_hash[:12]}); re-freeze it (crsrepro freeze-frame)")
+        return (f"{where}: frozen from results {self.results_hash[:12]}, but the results now hash to "
+                f"{results_hash[:12]}; the frame is stale, re-freeze it (crsrepro freeze-frame)")
+
     # ---- persistence
     def to_dict(self) -> dict:
-        """The saved content (without the hash): plain Python types, floats exact."""
+        """The saved content (without the hash): plain Python types, floats exact.
+
+        ``results_hash`` is included only when recorded, so frames saved before it existed keep
+        their content hash.
+        """
         rows = [{"encoder": str(r.encoder), "dataset": str(r.dataset),
                  **{c: float(getattr(r, c)) for c in NORMALISED}} for r in self.reference.itertuples()]
-        return {"version": FRAME_FORMAT_VERSION, "description": self.description,
-                "anchors": {d: [float(v) for v in self.anchors[d]] for d in DIMENSIONS},
-                "weights": {c: float(self.weights[c]) for c in COMPONENTS},
-                "reference": rows}
+        content = {"version": FRAME_FORMAT_VERSION, "description": self.description,
+                   "anchors": {d: [float(v) for v in self.anchors[d]] for d in DIMENSIONS},
+                   "weights": {c: float(self.weights[c]) for c in COMPONENTS},
+                   "reference": rows}
+        if self.results_hash is not None:
+            content["results_hash"] = self.results_hash
+        return content
 
     def content_hash(self) -> str:
         """SHA-256 of the canonical YAML of :meth:`to_dict`."""
@@ -318,9 +357,12 @@ class ReferenceFrame:
             frame = cls(reference=pd.DataFrame(content["reference"], columns=["encoder", "dataset", *NORMALISED]),
                         anchors={d: tuple(content["anchors"][d]) for d in DIMENSIONS},
                         weights={c: content["weights"][c] for c in COMPONENTS},
-                        description=content.get("description", ""))
+                        description=content.get("description", ""),
+                        results_hash=content.get("results_hash"), path=path)
         except (KeyError, TypeError, ValueError) as exc:
             raise FrameError(f"{path}: malformed frame content ({exc})") from None
+        if frame.results_hash is not None and not isinstance(frame.results_hash, str):
+            raise FrameError(f"{path}: results_hash must be a string, got {frame.results_hash!r}")
         return frame
 
 
@@ -330,14 +372,60 @@ def _sha256(content: dict) -> str:
 
 # --------------------------------------------------------------------------- scoring
 
-def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame) -> pd.DataFrame:
-    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) against ``frame``."""
-    out = {c: np.empty(len(cells)) for c in (*COMPONENTS, "crs")}
+PEERS = ("frozen", "resampled")
+"""Whose profiles a cell is compared with: the frame's frozen reference profiles, or (for replicates
+of the seed-paired bootstrap) the same replicate's profiles of the reference encoders."""
+
+
+def score_by_dataset(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame, *,
+                     peers: str = "frozen") -> dict[str, np.ndarray]:
+    """The CRS components of normalised profiles ``p``, dataset by dataset, under ``frame``.
+
+    This is the one loop over datasets, reference profiles and peers; :func:`crs_scores` and the
+    seed-paired bootstrap both call it.
+
+    Parameters
+    ----------
+    cells : DataFrame
+        Columns ``encoder, dataset``, one row per row of ``p``.
+    p : array of shape (n, ..., 4)
+        Normalised profiles (any axes between the first and the last are replicates).
+    frame : ReferenceFrame
+        Supplies the weights, the reference encoders and their frozen profiles.
+    peers : {"frozen", "resampled"}, default "frozen"
+        ``frozen``: compare with the frame's reference profiles. ``resampled``: a reference encoder
+        with a row in ``cells`` on the dataset is represented by that row of ``p`` (replicate by
+        replicate); reference encoders without a row keep their frozen profile (their count is logged).
+
+    Returns
+    -------
+    dict of arrays of shape (n, ...)
+        ``pareto``, ``proximity``, ``worst`` and ``crs``.
+    """
+    if peers not in PEERS:
+        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
+    p = np.asarray(p, float)
+    encoders = cells["encoder"].to_numpy()
+    out = {c: np.empty(p.shape[:-1]) for c in (*COMPONENTS, "crs")}
     for dataset, rows in cells.groupby("dataset", sort=True).indices.items():
         ref_encoders, reference = frame.reference_for(dataset)
-        peers = cells["encoder"].to_numpy()[rows, None] != ref_encoders[None, :]
-        for name, values in crs_components(p[rows], reference, peers, frame.weights).items():
+        if peers == "resampled":
+            row_of = dict(zip(encoders[rows], rows))
+            frozen = [e for e in ref_encoders if e not in row_of]
+            if frozen:
+                logger.info("dataset %s: %d reference encoder(s) have no profiles here and keep their frozen "
+                            "profile as peers: %s", dataset, len(frozen), ", ".join(frozen))
+            reference = np.stack([p[row_of[e]] if e in row_of else np.broadcast_to(ref, p.shape[1:])
+                                  for e, ref in zip(ref_encoders, reference)], axis=-2)  # (..., m, 4)
+        peer_mask = encoders[rows, None] != ref_encoders[None, :]
+        for name, values in crs_components(p[rows], reference, peer_mask, frame.weights).items():
             out[name][rows] = values
+    return out
+
+
+def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame) -> pd.DataFrame:
+    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) against ``frame``'s frozen peers."""
+    out = score_by_dataset(cells, p, frame)
     return cells.reset_index(drop=True).assign(**dict(zip(NORMALISED, p.T)), **out)
 
 
@@ -356,12 +444,12 @@ def _cohort_normalise(cells: pd.DataFrame) -> np.ndarray:
 
 
 def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: str = "fixed") -> pd.DataFrame:
-    """The CRS of every cell of a profiles table.
+    """The CRS of every cell of a reliability-profiles table.
 
     Parameters
     ----------
     profiles : DataFrame
-        A profiles table (see the module docstring); seeds are averaged first.
+        A reliability-profiles table (see the module docstring); seeds are averaged first.
     frame : ReferenceFrame or None
         The frozen frame (``mode="fixed"``); must be None for ``mode="cohort"``.
     mode : {"fixed", "cohort"}
@@ -380,7 +468,7 @@ def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: st
     ValueError
         ``mode`` is unknown, or the frame does not fit the mode.
     ProfileTableError, FrameError
-        A bad profiles table, or a dataset the frame does not cover.
+        A bad reliability-profiles table, or a dataset the frame does not cover.
     """
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -435,7 +523,7 @@ def score_encoder(profile_rows: pd.DataFrame, frame: ReferenceFrame) -> pd.DataF
     Parameters
     ----------
     profile_rows : DataFrame
-        The profiles table of one encoder (one row per dataset, or per dataset and seed).
+        The reliability-profiles table of one encoder (one row per dataset, or per dataset and seed).
     frame : ReferenceFrame
         The frozen frame; its published scores are not changed by this call.
 
@@ -454,106 +542,3 @@ def score_encoder(profile_rows: pd.DataFrame, frame: ReferenceFrame) -> pd.DataF
     mean = scored["crs"].mean()
     return scored.assign(aggregate_crs=mean, rank=int((published["crs"] > mean).sum()) + 1,
                          n_published=len(published))
-
-
-# --------------------------------------------------------------------------- from the runs table
-
-RUN_COLUMNS = ("encoder", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
-               "recalibrator", "auroc", "ece")
-"""The columns of the runs table the analyses read: one row per run (the wide view of the results
-store, :func:`crsrepro.results.runs_table`; ``family`` and ``classwise_ece`` may be there too)."""
-PRIMARY = {"probe": "linear", "layer": "final", "regime": "frozen", "recalibrator": "none"}
-"""The paper's primary runs: the linear probe on the final layer of the frozen encoder, uncalibrated."""
-
-
-def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
-    """The rows of a runs table whose columns equal ``PRIMARY`` updated with ``keys``.
-
-    A key given as None is not filtered on (e.g. ``recalibrator=None`` keeps every recalibrator).
-
-    Examples
-    --------
-    >>> runs = pd.DataFrame([dict(encoder="e", dataset="d", seed=0, label_fraction=1.0, condition="clean",
-    ...                           probe=p, layer="final", regime="frozen", recalibrator="none", auroc=a, ece=0.1)
-    ...                      for p, a in [("linear", 0.8), ("knn", 0.7)]])
-    >>> select_runs(runs)["auroc"].tolist(), len(select_runs(runs, probe=None))
-    ([0.8], 2)
-    """
-    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
-    if missing:
-        raise ProfileTableError(f"runs table: missing column(s) {', '.join(missing)} (expected {', '.join(RUN_COLUMNS)})")
-    wanted = {k: v for k, v in {**PRIMARY, **keys}.items() if v is not None}
-    mask = np.ones(len(runs), bool)
-    for column, value in wanted.items():
-        mask &= (runs[column] == value).to_numpy()
-    return runs[mask]
-
-
-def is_perturbation(condition: str) -> bool:
-    """``<perturbation>@<severity>`` conditions (not ``clean``, not a transfer dataset such as ``mimic_cxr``)."""
-    return "@" in condition
-
-
-def is_transfer(condition: str) -> bool:
-    """A transfer condition: the probe scored without retraining on another dataset (``mimic_cxr``)."""
-    return condition != "clean" and not is_perturbation(condition)
-
-
-def cell_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -> pd.DataFrame:
-    """The per-seed profiles of every cell from the primary runs (DESIGN.md section 8).
-
-    Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
-    ``retention`` = :func:`crsrepro.metrics.label_efficiency_retention` of the clean AUROC over the
-    label fractions; ``robustness`` = :func:`crsrepro.metrics.robustness_raw` of the AUROC drops
-    ``AUROC_clean - AUROC(p@s)`` at 100 % labels, plus the real drop to each transfer condition
-    (CheXpert -> MIMIC-CXR) when ``include_transfer``.
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table (:data:`RUN_COLUMNS`); only :data:`PRIMARY` rows are read.
-    include_transfer : bool, default True
-        Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
-        check removes it).
-
-    Returns
-    -------
-    DataFrame
-        A per-seed profiles table: ``encoder, dataset, seed, auroc, ece, retention, robustness`` (and
-        ``family`` when the runs have it).
-
-    Raises
-    ------
-    ProfileTableError
-        A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
-    """
-    primary = select_runs(runs)
-    key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
-    dup = primary.duplicated(key, keep=False)
-    if dup.any():
-        row = primary[dup].iloc[0]
-        raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
-                                + " appears more than once")
-    rows = []
-    for (encoder, dataset, seed), cell in primary.groupby(["encoder", "dataset", "seed"], sort=True):
-        where = f"runs table, encoder {encoder}, dataset {dataset}, seed {seed}"
-        clean = cell[cell["condition"] == "clean"].set_index("label_fraction")
-        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
-        if "clean" not in full.index or len(clean) < 2:
-            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
-                                    f"fraction, has fractions {sorted(clean.index)}")
-        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
-        if not any(is_perturbation(c) for c in conditions):
-            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
-        drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
-        row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
-               "ece": full.loc["clean", "ece"],
-               "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
-               "robustness": robustness_raw(drops)}
-        if "family" in cell.columns:
-            row["family"] = cell["family"].iloc[0]
-        rows.append(row)
-    if not rows:
-        raise ProfileTableError("runs table: no primary runs (probe linear, layer final, regime frozen, "
-                                "recalibrator none)")
-    return pd.DataFrame(rows)

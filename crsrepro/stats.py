@@ -1,19 +1,22 @@
-"""The statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
+"""Generic statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
 
 - :func:`rank_agreement` compares two rankings of the same encoders (the paper's AUROC vs CRS
   comparison: Kendall tau-b, Spearman rho, reversed pairs, mean |rank shift|, top-3 overlap).
 - :func:`seed_paired_bootstrap` is the paper's 10,000-replicate bootstrap over seeds: every
   replicate draws the seeds with replacement, the *same* draw for every encoder, averages the
-  per-seed profiles, re-scores every cell under the fixed frame and ranks the aggregates. It gives
-  P(rank 1), P(top 3) and paired CRS differences with percentile intervals.
+  per-seed reliability profiles, re-scores every cell under the frame's anchors and weights against
+  the replicate's own profiles of its peers, and ranks the aggregates. It gives P(rank 1), P(top 3)
+  and paired CRS differences with percentile intervals.
 - :func:`case_paired_bootstrap` (beyond the paper) resamples test images, the same indices for
   every encoder, and recomputes the macro AUROC of each encoder; it runs in torch on any device.
-- The paper's analyses, as functions the notebooks call: :func:`insertion_experiment`,
-  :func:`external_validity`, :func:`leave_one_dataset_out`, :func:`control_probe_agreement`,
-  :func:`recalibration_summary`, :func:`calibration_under_degradation`,
-  :func:`absolute_label_efficiency`, :func:`welch_transfer_test` and :func:`aulc_vs_retention`.
-  Those that read runs take the runs table of :data:`crsrepro.crs.RUN_COLUMNS` (one row per run,
-  with ``family`` where families matter); every per-cell value is the mean over seeds.
+- :func:`two_level_bootstrap` (beyond the paper) resamples seeds *and* test cases from stored per-case
+  probabilities and gives intervals of D (macro AUROC) and C (ECE) that include test-set noise.
+- :func:`seed_variance` and :func:`has_seed_variance` check that the seeds vary D, C and R at all,
+  the condition for the seed bootstrap to be comparable with the paper's.
+
+The paper's analyses (insertion experiment, external validity, recalibration summary, ...) are in
+:mod:`crsrepro.analyses`; their names are still importable from here (``crsrepro.stats.X`` is
+``crsrepro.analyses.X``) for the notebooks and scripts that use them.
 
 Percentile intervals from 5 seeds under-cover: a bootstrap over 5 units sees at most 126 distinct
 resamples and underestimates the spread. The coverage test in ``tests/test_stats.py`` uses 40 units.
@@ -28,13 +31,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats as sps
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from crsrepro.crs import (DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, cell_means, cell_profiles,
-                          crs_components, crs_scores, is_perturbation, normalise, select_runs)
-from crsrepro.metrics import aulc, macro_auroc
+from crsrepro.crs import (DIMENSIONS, PEERS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
+                          score_by_dataset)
+from crsrepro.dimensions import ProfileTableError
+from crsrepro.metrics import expected_calibration_error, macro_auroc
 
 logger = logging.getLogger(__name__)
 
@@ -191,6 +194,15 @@ class BootstrapReplicates:
         return PairedDifference(a=a, b=b, estimate=float(self.estimate[a] - self.estimate[b]), ci_low=float(low),
                                 ci_high=float(high), level=level, n_resamples=self.n_resamples)
 
+    def percentile_interval(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``estimate`` and the percentile interval ``ci_low, ci_high`` of its replicates.
+
+        NaN replicates (an AUROC with one class in the resample) are left out, as in :meth:`paired_diff_ci`.
+        """
+        _check_level(level)
+        low, high = (self.replicates.quantile(q) for q in ((1 - level) / 2, (1 + level) / 2))
+        return pd.DataFrame({"estimate": self.estimate, "ci_low": low, "ci_high": high})
+
 
 @dataclass(frozen=True)
 class SeedBootstrapResult(BootstrapReplicates):
@@ -241,25 +253,106 @@ def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.n
     return wide.index.to_frame(index=False), seeds, values
 
 
-def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_resamples: int = 10000,
-                          rng=0) -> SeedBootstrapResult:
-    """The paper's seed-paired bootstrap of aggregate CRS ranks (DESIGN.md section 10).
+SEED_VARYING = ("auroc", "ece", "robustness")
+"""The dimensions a run seed must move for the seed bootstrap to mean what the paper says (issue 10):
+D, C and R. Retention moves with the label-subset draw alone."""
 
-    Each replicate draws S seeds with replacement from the S seeds (one draw shared by every cell),
-    averages each cell's per-seed profiles with those multiplicities, normalises them with the
-    frame's anchors, scores them against the frame's frozen peers (:func:`crsrepro.crs.crs_components`,
-    the same code as :func:`crsrepro.crs.crs_scores`), averages each encoder's cells and ranks the
-    encoders. All replicates are computed at once as arrays.
+
+def seed_variance(per_seed_profiles: pd.DataFrame) -> pd.DataFrame:
+    """The spread over seeds of every dimension, per cell.
 
     Parameters
     ----------
     per_seed_profiles : DataFrame
-        A profiles table with a ``seed`` column; every cell must have every seed.
+        A reliability-profiles table with a ``seed`` column.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, dataset): ``n_seeds`` and ``sd_auroc, sd_ece, sd_retention,
+        sd_robustness``, the sample SD over seeds (ddof 1; NaN with one seed).
+    """
+    if "seed" not in per_seed_profiles.columns:
+        raise ProfileTableError("per-seed profiles: missing column seed (the seed variance is a spread over seeds)")
+    cell_means(per_seed_profiles, where="per-seed profiles")  # validates columns, values and duplicates
+    grouped = per_seed_profiles.groupby(["encoder", "dataset"], sort=True)
+    sd = grouped[list(DIMENSIONS)].std(ddof=1).add_prefix("sd_")
+    return grouped.size().rename("n_seeds").to_frame().join(sd).reset_index()
+
+
+def has_seed_variance(per_seed_profiles: pd.DataFrame, *, atol: float = 1e-12) -> bool:
+    """Whether the SD over seeds of D, C and R (:data:`SEED_VARYING`) exceeds ``atol`` in every cell.
+
+    The claims page marks the seed-bootstrap claims comparable with the paper only when this holds:
+    a bootstrap over seeds that change no D, C or R gives P(rank 1) of 0 or 1 and near-empty intervals.
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column.
+    atol : float, default 1e-12 **[ours]**
+        An SD at or below this counts as zero (identical runs differ by rounding only).
+    """
+    table = seed_variance(per_seed_profiles)
+    flat = ~(table[[f"sd_{d}" for d in SEED_VARYING]] > atol).all(axis=1)  # NaN (one seed) counts as flat
+    if flat.any():
+        first = table[flat].iloc[0]
+        logger.info("%d of %d cells have no seed variance in D, C or R (first: encoder %s, dataset %s)",
+                    int(flat.sum()), len(table), first["encoder"], first["dataset"])
+    return not flat.any()
+
+
+def _seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:
+    """(n_resamples, n_seeds) weights: how often each seed was drawn (with replacement) / n_seeds.
+
+    One draw of ``n_seeds`` seeds per replicate; the seed-paired and the two-level bootstraps draw
+    seeds with this function, so the same ``rng`` gives both the same seed draws.
+    """
+    draws = generator.integers(0, n_seeds, size=(n_resamples, n_seeds))
+    weights = np.zeros((n_resamples, n_seeds))
+    np.add.at(weights, (np.arange(n_resamples)[:, None], draws), 1.0 / n_seeds)
+    return weights
+
+
+def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_resamples: int = 10000,
+                          rng=0, peers: str = "resampled") -> SeedBootstrapResult:
+    """The paper's seed-paired bootstrap of aggregate CRS ranks (DESIGN.md section 10).
+
+    Each replicate draws S seeds with replacement from the S seeds (one draw shared by every cell),
+    averages each cell's per-seed reliability profiles with those multiplicities, normalises them
+    with the frame's anchors, scores every cell against the *same replicate's* profiles of its peers
+    (:func:`crsrepro.crs.score_by_dataset`, the code of :func:`crsrepro.crs.crs_scores`, with the
+    frame's weights), averages each encoder's cells and ranks the encoders. All replicates are
+    computed at once as arrays.
+
+    What each number estimates:
+
+    - ``estimate`` is the published point estimate: each encoder's aggregate CRS of its seed-mean
+      profiles against the frozen frame (:func:`crsrepro.crs.crs_scores`, what the book and the
+      claims page print). When the frame was frozen from these same profiles it is also the
+      replicate of the identity draw (every seed once).
+    - ``replicates`` (``peers="resampled"``, the default) are the aggregate CRS the panel would have
+      published had its seeds been the drawn ones: the frame's anchors and weights, with the panel
+      re-run together. Their spread is the seed-to-seed variability of the published scores, and a
+      seed effect shared by every encoder (an easy split) cancels in the Pareto term of a paired
+      difference, as the pairing intends. The frozen frame stays the reference for newcomers
+      (:func:`crsrepro.crs.score_encoder`) and for ``estimate``.
+    - ``peers="frozen"`` scores each replicate against the frame's frozen peer profiles instead:
+      the spread of an encoder's score against a fixed panel when only its own seeds vary. It breaks
+      the pairing of the Pareto term and is offered for comparison only (issue 10's toy panel).
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column; every cell must have every seed.
     frame : ReferenceFrame
-        The frozen frame (fixed mode).
+        The frozen frame (fixed mode). A reference encoder without rows in ``per_seed_profiles``
+        keeps its frozen profile as a peer in every replicate (logged).
     n_resamples : int, default 10000
         The paper's count.
     rng : int or numpy Generator, default 0
+    peers : {"resampled", "frozen"}, default "resampled"
+        Whose profiles a replicate is compared with (see above; the paper: resampled, DESIGN.md 10).
 
     Returns
     -------
@@ -267,16 +360,12 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
         ``p_rank1``, ``p_top3``, ``rank_probabilities``, ``replicates`` and ``paired_diff_ci(a, b)``.
     """
     _check_n_resamples(n_resamples)
+    if peers not in PEERS:
+        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
     cells, seeds, values = _per_seed_array(per_seed_profiles)
-    draws = _as_generator(rng).integers(0, len(seeds), size=(n_resamples, len(seeds)))
-    weights = np.zeros((n_resamples, len(seeds)))
-    np.add.at(weights, (np.arange(n_resamples)[:, None], draws), 1.0 / len(seeds))
+    weights = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
     p = normalise(np.einsum("bs,csk->cbk", weights, values), frame.anchors)  # (cells, replicates, 4)
-    crs = np.empty((len(cells), n_resamples))
-    for dataset, rows in cells.groupby("dataset", sort=True).indices.items():
-        ref_encoders, reference = frame.reference_for(dataset)
-        peers = cells["encoder"].to_numpy()[rows, None] != ref_encoders[None, :]
-        crs[rows] = crs_components(p[rows], reference, peers, frame.weights)["crs"]
+    crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (cells, replicates)
     encoders = np.sort(cells["encoder"].unique())
     membership = (cells["encoder"].to_numpy()[None, :] == encoders[:, None]).astype(float)
     aggregate = (membership / membership.sum(1, keepdims=True)) @ crs  # (encoders, replicates)
@@ -317,6 +406,17 @@ def _weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Te
         total = pos.sum(1) * neg.sum(1)
         per_column.append((pos * (below + neg / 2)).sum(1) / torch.where(total > 0, total, torch.nan))
     return torch.nanmean(torch.stack(per_column, 1), 1)
+
+
+def _case_counts(generator: np.random.Generator, n_replicates: int, n_cases: int) -> np.ndarray:
+    """(n_replicates, n_cases) multiplicities of N test cases drawn with replacement, one draw per row.
+
+    The case-level and the two-level bootstraps draw cases with this function, batch by batch.
+    """
+    draws = generator.integers(0, n_cases, size=(n_replicates, n_cases))
+    counts = np.bincount((draws + n_cases * np.arange(n_replicates)[:, None]).ravel(),
+                         minlength=n_replicates * n_cases)
+    return counts.reshape(n_replicates, n_cases)
 
 
 def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], *, task: str,
@@ -370,418 +470,189 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
     starts = range(0, n_resamples, batch_size)
     for start in tqdm(starts, desc="case bootstrap", disable=not progress):
         b = min(batch_size, n_resamples - start)
-        draws = generator.integers(0, n_cases, size=(b, n_cases))
-        counts = np.bincount((draws + n_cases * np.arange(b)[:, None]).ravel(), minlength=b * n_cases)
-        counts_t = torch.as_tensor(counts.reshape(b, n_cases), dtype=torch.float64, device=dev)
+        counts_t = torch.as_tensor(_case_counts(generator, b, n_cases), dtype=torch.float64, device=dev)
         for j, e in enumerate(encoders):
             out[start:start + b, j] = _weighted_macro_auroc(y_t, score_t[e], counts_t).cpu().numpy()
     return BootstrapReplicates(estimate=estimate, replicates=pd.DataFrame(out, columns=encoders))
 
 
-# --------------------------------------------------------------------------- analyses
+# --------------------------------------------------------------------------- two-level bootstrap
 
-def _seed_means(rows: pd.DataFrame, by: list[str], columns=("auroc", "ece")) -> pd.DataFrame:
-    """Mean over seeds of ``columns`` per ``by`` (the paper's cell values are seed averages)."""
-    return rows.groupby(by, sort=True)[list(columns)].mean()
+def _weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, task: str,
+                  n_bins: int) -> torch.Tensor:
+    """ECE for each row of ``counts`` (case multiplicities), as :func:`crsrepro.metrics.expected_calibration_error`.
+
+    Multi-class: ``y`` (N,) class ids, top-label confidence ``max_k p_k`` and correctness ``argmax == y``.
+    Multi-label: ``y`` (N, L) 0/1 with NaN masked, per label ``conf = max(p, 1 - p)`` and correctness
+    ``(p > 0.5) == y``, then the mean over the labels that keep an unmasked case in the resample. Bins
+    are ``(m-1)/M < conf <= m/M``; a case counted c times weighs c, so a bin's ``|acc - conf| * n_m / N``
+    is ``|sum_i c_i (correct_i - conf_i)| / sum_i c_i`` over its cases.
+    """
+    edges = torch.arange(n_bins + 1, dtype=torch.float64, device=prob.device) / n_bins
+
+    def binned_error(conf, correct, weights):  # weights (B, N) -> (B,)
+        index = torch.clamp(torch.searchsorted(edges, conf) - 1, 0, n_bins - 1)
+        gaps = torch.zeros(weights.shape[0], n_bins, dtype=weights.dtype, device=weights.device).index_add_(
+            1, index, weights * (correct - conf))
+        total = weights.sum(1)
+        return gaps.abs().sum(1) / torch.where(total > 0, total, torch.nan)
+
+    if task == "multiclass":
+        conf, predicted = prob.max(1)
+        return binned_error(conf, (predicted == y).double(), counts)
+    per_label = []
+    for k in range(y.shape[1]):
+        seen = ~torch.isnan(y[:, k])
+        p = prob[:, k]
+        correct = ((p > 0.5) == (y[:, k] == 1)).double()
+        per_label.append(binned_error(torch.maximum(p, 1 - p), correct, counts * seen))
+    return torch.nanmean(torch.stack(per_label, 1), 1)
 
 
 @dataclass(frozen=True)
-class InsertionResult:
-    """The insertion experiment (DESIGN.md section 9).
+class TwoLevelBootstrapResult:
+    """The two-level (seeds x test cases) paired bootstrap of D and C (beyond the paper, DESIGN.md 10).
 
     Attributes
     ----------
-    movements : DataFrame
-        One row per trial, mode and published cell: ``trial, mode, encoder, dataset, movement``
-        (|CRS after insertion - CRS before|).
-    summary : DataFrame
-        Indexed by mode: ``mean_movement`` and ``max_movement`` over every published cell of every
-        trial (the paper: cohort 0.053 and 0.167, fixed exactly 0), ``panel_size``, ``n_inserted``,
-        ``n_trials``.
+    auroc, ece : BootstrapReplicates
+        By encoder, the point estimate (the mean over seeds of the per-seed macro AUROC / ECE on the
+        whole test set: the D and C of the reliability profile) and one replicate per row; row r of
+        every encoder used the same seed draw and the same case draw, so differences are paired.
+    n_seeds, n_cases : int
+    resample_cases : bool
+        False when only seeds were resampled (the seed-only bootstrap of D and C).
     """
 
-    movements: pd.DataFrame
-    summary: pd.DataFrame
+    auroc: BootstrapReplicates
+    ece: BootstrapReplicates
+    n_seeds: int
+    n_cases: int
+    resample_cases: bool
+
+    def summary(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, ece, ece_ci_low, ece_ci_high`` (percentile)."""
+        parts = [self.auroc.percentile_interval(level).add_prefix("auroc_"),
+                 self.ece.percentile_interval(level).add_prefix("ece_")]
+        out = pd.concat(parts, axis=1).rename(columns={"auroc_estimate": "auroc", "ece_estimate": "ece"})
+        out.index.name = "encoder"
+        return out
 
 
-def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_inserted: int = 3, panel_size: int = 12,
-                         rng=0) -> InsertionResult:
-    """Insert encoders into a panel and measure how far the panel's published CRS move.
+def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, task: str, n_resamples: int = 1000,
+                        rng=0, device: str = "cpu", resample_cases: bool = True, n_bins: int = 15,
+                        batch_size: int = 250, progress: bool = False) -> TwoLevelBootstrapResult:
+    """Paired bootstrap over seeds *and* test cases of the macro AUROC and the ECE (beyond the paper).
 
-    Each trial draws a random panel of ``panel_size`` encoders and ``n_inserted`` others. Under
-    ``fixed`` the frame is frozen from the panel alone, the panel is scored, then panel + inserted are
-    scored against the same frame; under ``cohort`` both scorings re-normalise over the scored set.
-    The movement of a published score is |after - before| per panel cell **[ours: cell level]**.
+    Each replicate draws S seeds with replacement (the draw of :func:`seed_paired_bootstrap` with
+    the same ``rng``) and N test cases with replacement (as :func:`case_paired_bootstrap` draws
+    them), one draw shared by every encoder. For each drawn seed the metric is computed on the drawn
+    cases from that seed's probabilities, and the replicate is the mean over the drawn seeds (with
+    their multiplicities), just as a reliability profile's D and C are means over seeds of per-seed
+    metrics **[ours: not the metric of seed-averaged probabilities]**. The intervals therefore
+    include the test-set sampling noise that the seed-only bootstrap leaves out. AUROC is
+    :func:`crsrepro.metrics.macro_auroc` and ECE :func:`crsrepro.metrics.expected_calibration_error`
+    (15 bins, top-label; macro of the binary top-label ECE for multi-label), computed with case
+    weights in torch on ``device``; the draws come from numpy, so a seed gives the same replicates
+    on any device.
 
     Parameters
     ----------
-    profiles : DataFrame
-        A profiles table (per seed or per cell).
-    n_trials, n_inserted, panel_size : int
-        The paper's 30 trials inserting 3 into 12. With fewer than ``panel_size + n_inserted``
-        encoders (the demo has 10) the panel shrinks to ``n_encoders - n_inserted`` **[ours]**.
-    rng : int or numpy Generator
+    y_true : array
+        Class ids (N,) for ``task="multiclass"``; 0/1/NaN (N, L) for ``"multilabel"``.
+    probs : mapping of encoder id to array of shape (S, N, K)
+        Each encoder's per-case test probabilities of the full-label probe, one slice per run seed:
+        the same S seeds in the same order and the same N cases in the same order for every encoder.
+        float16 is accepted (the compact store); values are computed in float64.
+    task : {"multiclass", "multilabel"}
+    n_resamples : int, default 1000 **[ours]**
+    rng : int or numpy Generator, default 0
+    device : str, default "cpu"
+        A torch device, e.g. ``"cuda"``; the same code runs on either.
+    resample_cases : bool, default True
+        False keeps every case once: the seed-only bootstrap of D and C. With one seed there is
+        nothing to draw for seeds, and the replicates are those of :func:`case_paired_bootstrap`.
+    n_bins : int, default 15
+        ECE bins (the paper's 15).
+    batch_size : int, default 250 **[ours]**
+        Replicates per batch: bounds memory at about ``batch_size x N x 8`` bytes per tensor.
+    progress : bool, default False
+        Show a progress bar over batches.
 
     Returns
     -------
-    InsertionResult
+    TwoLevelBootstrapResult
+        ``auroc`` and ``ece`` (estimate and replicates by encoder) and ``summary(level)``.
+
+    Raises
+    ------
+    ValueError
+        No encoder, an array that is not (S, N, K) with N = len(y_true), encoders with different
+        shapes, or (from :mod:`crsrepro.metrics`) labels or probabilities out of range.
     """
-    cells = cell_means(profiles)
-    encoders = np.sort(cells["encoder"].unique())
-    size = min(panel_size, len(encoders) - n_inserted)
-    if size < 2 or n_inserted < 1:
-        raise ValueError(f"insertion_experiment needs a panel of at least 2 encoders and 1 to insert; "
-                         f"{len(encoders)} encoders, n_inserted={n_inserted}")
-    if size < panel_size:
-        logger.info("insertion experiment: %d encoders available, so panels of %d (not %d) + %d inserted",
-                    len(encoders), size, panel_size, n_inserted)
+    _check_n_resamples(n_resamples)
+    if not probs:
+        raise ValueError("probs must map at least one encoder id to its (seeds, cases, classes) probabilities")
+    encoders = sorted(probs)
+    arrays = {e: np.asarray(probs[e]) for e in encoders}
+    shape = arrays[encoders[0]].shape
+    for e in encoders:
+        if arrays[e].ndim != 3 or arrays[e].shape[1] != len(y_true):
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, expected (seeds, {len(y_true)} cases, "
+                             f"classes or labels)")
+        if arrays[e].shape != shape:
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, probs[{encoders[0]!r}] has {shape}: every "
+                             f"encoder needs the same seeds and cases")
+    n_seeds, n_cases = shape[0], shape[1]
+    auroc = {e: np.mean([macro_auroc(y_true, a, task=task) for a in arrays[e]]) for e in encoders}
+    ece = {e: np.mean([expected_calibration_error(y_true, a, task=task, n_bins=n_bins) for a in arrays[e]])
+           for e in encoders}  # the point estimates; they also validate labels, shapes and probabilities
     generator = _as_generator(rng)
-    parts = []
-    for trial in range(n_trials):
-        chosen = generator.permutation(encoders)
-        panel = cells[cells["encoder"].isin(chosen[:size])]
-        both = cells[cells["encoder"].isin(chosen[:size + n_inserted])]
-        frame = ReferenceFrame.freeze(panel)
-        for mode, frm in (("fixed", frame), ("cohort", None)):
-            before = crs_scores(panel, frm, mode=mode).set_index(["encoder", "dataset"])["crs"]
-            after = crs_scores(both, frm, mode=mode).set_index(["encoder", "dataset"])["crs"].reindex(before.index)
-            parts.append((after - before).abs().rename("movement").reset_index().assign(trial=trial, mode=mode))
-    movements = pd.concat(parts, ignore_index=True)[["trial", "mode", "encoder", "dataset", "movement"]]
-    summary = movements.groupby("mode").agg(mean_movement=("movement", "mean"), max_movement=("movement", "max"))
-    return InsertionResult(movements=movements,
-                           summary=summary.assign(panel_size=size, n_inserted=n_inserted, n_trials=n_trials))
+    seed_weights = (_seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
+                    else np.ones((n_resamples, 1)))  # one seed: nothing to draw
+    dev = torch.device(device)
+    y = torch.as_tensor(np.asarray(y_true, float), dtype=torch.float64, device=dev)
+    if task == "multiclass":  # class ids for the ECE, one-vs-rest columns for the AUROC
+        y, y_auroc = y.long(), torch.nn.functional.one_hot(y.long(), shape[2]).double()
+    else:
+        y_auroc = y
+    stored = {e: torch.as_tensor(arrays[e], device=dev) for e in encoders}  # kept in their (compact) dtype
+    out = {m: np.empty((n_resamples, len(encoders))) for m in ("auroc", "ece")}
+    for start in tqdm(range(0, n_resamples, batch_size), desc="two-level bootstrap", disable=not progress):
+        b = min(batch_size, n_resamples - start)
+        counts = (_case_counts(generator, b, n_cases) if resample_cases else np.ones((b, n_cases)))
+        counts_t = torch.as_tensor(counts, dtype=torch.float64, device=dev)
+        w = torch.as_tensor(seed_weights[start:start + b], dtype=torch.float64, device=dev)  # (b, S)
+        for j, e in enumerate(encoders):
+            per_seed = {"auroc": [], "ece": []}
+            for s in range(n_seeds):
+                prob = stored[e][s].double()
+                per_seed["auroc"].append(_weighted_macro_auroc(y_auroc, prob, counts_t))
+                per_seed["ece"].append(_weighted_ece(y, prob, counts_t, task=task, n_bins=n_bins))
+            for m in out:
+                out[m][start:start + b, j] = (w * torch.stack(per_seed[m], 1)).sum(1).cpu().numpy()
+    return TwoLevelBootstrapResult(
+        auroc=BootstrapReplicates(estimate=pd.Series(auroc), replicates=pd.DataFrame(out["auroc"], columns=encoders)),
+        ece=BootstrapReplicates(estimate=pd.Series(ece), replicates=pd.DataFrame(out["ece"], columns=encoders)),
+        n_seeds=n_seeds, n_cases=n_cases, resample_cases=resample_cases)
 
 
-@dataclass(frozen=True)
-class ExternalValidity:
-    """CRS without the transfer term vs the transfer AUROC (DESIGN.md section 10).
+# --------------------------------------------------------------------------- moved to crsrepro.analyses
 
-    Attributes
-    ----------
-    table : DataFrame
-        By encoder: ``crs`` (without the transfer drop), ``source_auroc`` (clean CheXpert AUROC) and
-        ``target_auroc`` (MIMIC-CXR AUROC of the CheXpert probe).
-    rho_crs : float
-        Spearman rho of ``crs`` with ``target_auroc`` (the paper: 0.529).
-    rho_source_auroc : float
-        Spearman rho of ``source_auroc`` with ``target_auroc``: the baseline (the paper: 0.864).
-    frame : ReferenceFrame
-        The frame frozen from the profiles without the transfer term.
+_MOVED_TO_ANALYSES = ("insertion_experiment", "InsertionResult", "external_validity", "ExternalValidity",
+                      "leave_one_dataset_out", "control_probe_agreement", "recalibration_summary",
+                      "RecalibrationSummary", "calibration_under_degradation", "DegradationResult",
+                      "absolute_label_efficiency", "welch_transfer_test", "WelchResult", "aulc_vs_retention",
+                      "AulcVsRetention")
+
+
+def __getattr__(name: str):
+    """Serve the paper's analyses under their old home (PEP 562).
+
+    :mod:`crsrepro.analyses` imports this module, so it is imported here on first use only.
     """
+    if name in _MOVED_TO_ANALYSES:
+        from crsrepro import analyses
 
-    table: pd.DataFrame
-    rho_crs: float
-    rho_source_auroc: float
-    frame: ReferenceFrame
-
-
-def external_validity(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                      crs_level: str = "aggregate") -> ExternalValidity:
-    """Does the CRS, computed without the transfer term, predict the transfer AUROC better than AUROC?
-
-    The profiles are rebuilt with ``include_transfer=False`` (robustness without the real drop), a
-    frame is frozen from them, and their CRS is compared with the ``target`` AUROC of the probes
-    trained on ``source`` (Spearman over encoders), against the clean ``source`` AUROC as baseline.
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table with the transfer condition ``target`` on ``source``.
-    source, target : str
-        The training dataset and the transfer condition.
-    crs_level : {"aggregate", "cell"}, default "aggregate" **[ours]**
-        The encoder's aggregate CRS over all its cells (the benchmark-level summary the paper ranks
-        by), or its CRS on the ``source`` cell alone.
-    """
-    if crs_level not in ("aggregate", "cell"):
-        raise ValueError(f"crs_level must be 'aggregate' or 'cell', got {crs_level!r}")
-    profiles = cell_profiles(runs, include_transfer=False)
-    frame = ReferenceFrame.freeze(profiles, description=f"external validity: robustness without the {target} drop")
-    scores = crs_scores(profiles, frame)
-    on_source = scores[scores["dataset"] == source].set_index("encoder")
-    crs = aggregate_crs(scores)["crs"] if crs_level == "aggregate" else on_source["crs"]
-    transfer = select_runs(runs, label_fraction=1.0, dataset=source, condition=target)
-    if transfer.empty:
-        raise ProfileTableError(f"runs table: no primary run on dataset {source} with condition {target}")
-    table = pd.DataFrame({"crs": crs, "source_auroc": on_source["auroc"],
-                          "target_auroc": _seed_means(transfer, ["encoder"])["auroc"]}).dropna()
-    table.index.name = "encoder"
-    rho = lambda x: float(sps.spearmanr(table[x], table["target_auroc"]).statistic)  # noqa: E731
-    return ExternalValidity(table=table, rho_crs=rho("crs"), rho_source_auroc=rho("source_auroc"), frame=frame)
-
-
-def leave_one_dataset_out(scores: pd.DataFrame) -> pd.DataFrame:
-    """For each dataset d: the mean CRS over the other datasets vs the AUROC on d **[ours]**.
-
-    Parameters
-    ----------
-    scores : DataFrame
-        The output of :func:`crsrepro.crs.crs_scores` (fixed mode: a cell's CRS does not depend on d).
-
-    Returns
-    -------
-    DataFrame
-        Indexed by ``held_out`` dataset: ``n_encoders`` (those with a cell on d and another cell),
-        ``spearman_rho`` (the paper: ISIC 0.550, APTOS 0.709, CheXpert 0.271), ``auroc_champion``
-        (argmax of AUROC on d), ``crs_champion`` (argmax of the other-dataset CRS) and ``recovered``.
-    """
-    rows = []
-    for held_out in sorted(scores["dataset"].unique()):
-        auroc = scores[scores["dataset"] == held_out].set_index("encoder")["auroc"]
-        others = scores[scores["dataset"] != held_out].groupby("encoder")["crs"].mean()
-        common = auroc.index.intersection(others.index).sort_values()
-        auroc, others = auroc[common], others[common]
-        rows.append({"held_out": held_out, "n_encoders": len(common),
-                     "spearman_rho": float(sps.spearmanr(others, auroc).statistic) if len(common) > 2 else np.nan,
-                     "auroc_champion": auroc.idxmax(), "crs_champion": others.idxmax(),
-                     "recovered": auroc.idxmax() == others.idxmax()})
-    return pd.DataFrame(rows).set_index("held_out")
-
-
-def control_probe_agreement(runs: pd.DataFrame, *, metric: str = "auroc") -> pd.DataFrame:
-    """Rank agreement of each control probe (MLP, k-NN) with the linear probe, per dataset.
-
-    Encoders are ranked by ``metric`` on the clean test split at 100 % labels (mean over seeds),
-    where the control probes run (DESIGN.md section 7); only encoders present under both probes count.
-
-    Returns
-    -------
-    DataFrame
-        One row per (dataset, probe): ``n_encoders, kendall_tau, spearman_rho, reversed_pairs,
-        n_pairs, top3_overlap``.
-    """
-    rows = select_runs(runs, probe=None, condition="clean", label_fraction=1.0)
-    means = _seed_means(rows, ["dataset", "encoder", "probe"], [metric])[metric]
-    out = []
-    for dataset, per_dataset in means.groupby(level="dataset"):
-        table = per_dataset.droplevel("dataset").unstack("probe")  # encoder x probe
-        for probe in [p for p in table.columns if p != "linear" and "linear" in table.columns]:
-            both = table[["linear", probe]].dropna()
-            if len(both) < 2:
-                continue
-            r = rank_agreement(both["linear"].to_dict(), both[probe].to_dict())
-            out.append({"dataset": dataset, "probe": probe, "n_encoders": len(both), "kendall_tau": r.kendall_tau,
-                        "spearman_rho": r.spearman_rho, "reversed_pairs": r.reversed_pairs, "n_pairs": r.n_pairs,
-                        "top3_overlap": r.top3_overlap})
-    return pd.DataFrame(out)
-
-
-@dataclass(frozen=True)
-class RecalibrationSummary:
-    """ECE before and after post-hoc recalibration (DESIGN.md section 8).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        One row per (encoder, dataset, recalibrator): ``ece_before, ece_after, absolute_drop,
-        relative_reduction, auroc_change``.
-    summary : DataFrame
-        By recalibrator: ``n_cells``, ``relative_reduction_min/max`` (the paper: 54-77 %),
-        ``mean_absolute_drop`` with its t-interval ``ci_low, ci_high`` over cells (the paper: 0.067
-        [0.024; 0.110]) and ``mean_auroc_change`` (the paper: about +0.001).
-    """
-
-    cells: pd.DataFrame
-    summary: pd.DataFrame
-
-
-def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | None = None,
-                          level: float = 0.95) -> RecalibrationSummary:
-    """How much each recalibrator reduces ECE, per cell and overall (clean test split, 100 % labels).
-
-    Parameters
-    ----------
-    runs : DataFrame
-        A runs table with ``recalibrator`` rows ``none`` and at least one other.
-    cells : list of (encoder, dataset), optional **[ours]**
-        The cells that count. The paper reports "six main tests" without naming them; the default
-        None counts every cell.
-    level : float, default 0.95
-        Level of the t-interval of the mean absolute drop over cells **[ours: a t-interval]**.
-    """
-    _check_level(level)
-    rows = select_runs(runs, recalibrator=None, condition="clean", label_fraction=1.0)
-    means = _seed_means(rows, ["encoder", "dataset", "recalibrator"]).reset_index()
-    if cells is not None:
-        chosen = pd.MultiIndex.from_tuples(cells)
-        means = means[pd.MultiIndex.from_frame(means[["encoder", "dataset"]]).isin(chosen)]
-    before = means[means["recalibrator"] == "none"].set_index(["encoder", "dataset"])
-    after = means[means["recalibrator"] != "none"].join(before[["ece", "auroc"]].add_suffix("_before"),
-                                                        on=["encoder", "dataset"]).dropna(subset=["ece_before"])
-    table = pd.DataFrame({"encoder": after["encoder"], "dataset": after["dataset"],
-                          "recalibrator": after["recalibrator"], "ece_before": after["ece_before"],
-                          "ece_after": after["ece"], "absolute_drop": after["ece_before"] - after["ece"],
-                          "relative_reduction": (after["ece_before"] - after["ece"]) / after["ece_before"],
-                          "auroc_change": after["auroc"] - after["auroc_before"]}).reset_index(drop=True)
-
-    def summarise(group):
-        drop = group["absolute_drop"].to_numpy()
-        half = (sps.t.ppf((1 + level) / 2, len(drop) - 1) * drop.std(ddof=1) / np.sqrt(len(drop))
-                if len(drop) > 1 else np.nan)
-        return pd.Series({"n_cells": len(drop), "relative_reduction_min": group["relative_reduction"].min(),
-                          "relative_reduction_max": group["relative_reduction"].max(),
-                          "mean_absolute_drop": drop.mean(), "ci_low": drop.mean() - half,
-                          "ci_high": drop.mean() + half, "mean_auroc_change": group["auroc_change"].mean()})
-
-    summary = pd.DataFrame({r: summarise(g) for r, g in table.groupby("recalibrator")}).T.astype({"n_cells": int})
-    summary.index.name = "recalibrator"
-    return RecalibrationSummary(cells=table, summary=summary)
-
-
-@dataclass(frozen=True)
-class DegradationResult:
-    """Calibration under image degradation (DESIGN.md section 10).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        By (encoder, dataset): ``ece_clean``, ``mean_ece_rise`` and ``peak_ece_rise`` (the mean and
-        the max over perturbation@severity of ECE - clean ECE; the paper: LLaVA-Med on APTOS +0.128
-        and 0.418), ``mean_auroc_drop`` and ``peak_auroc_drop`` (clean AUROC - AUROC, likewise).
-    pearson_r, p_value : float
-        Pearson r over cells between the discrimination loss (``mean_auroc_drop``) and the
-        calibration loss (``mean_ece_rise``) (the paper: r = 0.63 over 43 cells).
-    """
-
-    cells: pd.DataFrame
-    pearson_r: float
-    p_value: float
-
-
-def calibration_under_degradation(runs: pd.DataFrame) -> DegradationResult:
-    """Per-cell ECE rise and AUROC drop under the perturbations, and their correlation over cells.
-
-    Every value is first averaged over seeds per (cell, condition) at 100 % labels; the transfer
-    condition is not a perturbation and is left out.
-    """
-    rows = select_runs(runs, label_fraction=1.0)
-    means = _seed_means(rows, ["encoder", "dataset", "condition"]).reset_index()
-    clean = means[means["condition"] == "clean"].set_index(["encoder", "dataset"])
-    perturbed = means[means["condition"].map(is_perturbation)].join(clean[["auroc", "ece"]].add_suffix("_clean"),
-                                                                     on=["encoder", "dataset"])
-    perturbed = perturbed.assign(ece_rise=perturbed["ece"] - perturbed["ece_clean"],
-                                 auroc_drop=perturbed["auroc_clean"] - perturbed["auroc"])
-    grouped = perturbed.groupby(["encoder", "dataset"])
-    cells = pd.DataFrame({"ece_clean": grouped["ece_clean"].first(), "mean_ece_rise": grouped["ece_rise"].mean(),
-                          "peak_ece_rise": grouped["ece_rise"].max(), "mean_auroc_drop": grouped["auroc_drop"].mean(),
-                          "peak_auroc_drop": grouped["auroc_drop"].max()}).dropna()
-    if len(cells) < 3:
-        raise ProfileTableError(f"runs table: {len(cells)} cells with clean and perturbed runs; a correlation "
-                                f"needs at least 3")
-    r = sps.pearsonr(cells["mean_auroc_drop"], cells["mean_ece_rise"])
-    return DegradationResult(cells=cells, pearson_r=float(r.statistic), p_value=float(r.pvalue))
-
-
-def absolute_label_efficiency(runs: pd.DataFrame, *, fraction: float = 0.01,
-                              reference_encoder: str = "general.vit_b16") -> pd.DataFrame:
-    """AUROC at a small label fraction per cell, against a reference encoder's full-label AUROC.
-
-    Parameters
-    ----------
-    fraction : float, default 0.01
-        The label fraction (the paper: 1 %).
-    reference_encoder : str, default "general.vit_b16"
-        Whose full-label AUROC is the bar per dataset (the paper: ViT-B/16). The demo panel has no
-        ViT-B/16, so its notebook names one of its own encoders.
-
-    Returns
-    -------
-    DataFrame
-        By (encoder, dataset): ``auroc_at_fraction``, ``auroc_full``, ``reference_full_auroc`` (NaN on a
-        dataset without the reference encoder) and ``reaches_reference`` (AUROC at ``fraction`` >= the
-        bar; False where there is no bar).
-    """
-    rows = select_runs(runs, condition="clean")
-    if reference_encoder not in set(rows["encoder"]):
-        raise ValueError(f"reference_encoder {reference_encoder!r} has no runs (encoders: "
-                         f"{', '.join(sorted(rows['encoder'].unique()))})")
-    means = _seed_means(rows, ["encoder", "dataset", "label_fraction"], ["auroc"])["auroc"].unstack("label_fraction")
-    if fraction not in means.columns or 1.0 not in means.columns:
-        raise ValueError(f"label fractions {fraction} and 1.0 must both have runs (have {list(means.columns)})")
-    table = pd.DataFrame({"auroc_at_fraction": means[fraction], "auroc_full": means[1.0]})
-    bar = table.xs(reference_encoder, level="encoder")["auroc_full"]
-    table["reference_full_auroc"] = table.index.get_level_values("dataset").map(bar).astype(float)
-    table["reaches_reference"] = table["auroc_at_fraction"] >= table["reference_full_auroc"]
-    return table
-
-
-@dataclass(frozen=True)
-class WelchResult:
-    """Welch's t-test of the transfer AUROC, medical-pretrained vs general encoders.
-
-    Attributes
-    ----------
-    table : DataFrame
-        By encoder: ``family``, ``group`` (medical / general) and ``target_auroc``.
-    mean_medical, mean_general : float
-        The group means (the paper: 0.717 and 0.540).
-    statistic, p_value : float
-        Welch's t and its two-sided p (the paper: p = 0.0029).
-    n_medical, n_general : int
-    """
-
-    table: pd.DataFrame
-    mean_medical: float
-    mean_general: float
-    statistic: float
-    p_value: float
-    n_medical: int
-    n_general: int
-
-
-def welch_transfer_test(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                        medical_families: tuple[str, ...] = ("medical", "specialist"),
-                        general_families: tuple[str, ...] = ("general",)) -> WelchResult:
-    """Welch's t-test on the transfer AUROC (probe trained on ``source``, scored on ``target``).
-
-    The groups come from the runs table's ``family`` column (the registry's ``spec.family``): the
-    paper's "medical-pretrained" is medical + specialist (9 encoders) against general (6).
-    """
-    if "family" not in runs.columns:
-        raise ProfileTableError("runs table: missing column family (welch_transfer_test groups encoders by family)")
-    transfer = select_runs(runs, label_fraction=1.0, dataset=source, condition=target)
-    auroc = _seed_means(transfer, ["encoder"], ["auroc"])["auroc"]
-    family = transfer.groupby("encoder")["family"].first()
-    group = family.map(lambda f: "medical" if f in medical_families else "general" if f in general_families else None)
-    table = pd.DataFrame({"family": family, "group": group, "target_auroc": auroc}).dropna(subset=["group"])
-    medical = table.loc[table["group"] == "medical", "target_auroc"]
-    general = table.loc[table["group"] == "general", "target_auroc"]
-    if len(medical) < 2 or len(general) < 2:
-        raise ProfileTableError(f"runs table: Welch's test needs 2 encoders per group on {target}, "
-                                f"has {len(medical)} medical and {len(general)} general")
-    t = sps.ttest_ind(medical, general, equal_var=False)
-    return WelchResult(table=table, mean_medical=float(medical.mean()), mean_general=float(general.mean()),
-                       statistic=float(t.statistic), p_value=float(t.pvalue), n_medical=len(medical),
-                       n_general=len(general))
-
-
-@dataclass(frozen=True)
-class AulcVsRetention:
-    """Which label-efficiency measure merely copies full-label AUROC (DESIGN.md section 10).
-
-    Attributes
-    ----------
-    cells : DataFrame
-        By (encoder, dataset): ``auroc_full``, ``aulc`` and ``retention`` (each the mean over seeds).
-    correlations : DataFrame
-        Spearman rho with ``auroc_full``, index ``aulc`` / ``retention``, columns ``encoder`` (means
-        over each encoder's cells) and ``cell`` (the paper: AULC 0.986 / 0.977, retention 0.339 / -0.342).
-    """
-
-    cells: pd.DataFrame
-    correlations: pd.DataFrame
-
-
-def aulc_vs_retention(runs: pd.DataFrame) -> AulcVsRetention:
-    """Spearman of AULC and of retention with full-label AUROC, at encoder and at cell level."""
-    rows = select_runs(runs, condition="clean")
-    curves = rows.groupby(["encoder", "dataset", "seed"]).apply(
-        lambda c: aulc(c.set_index("label_fraction")["auroc"].astype(float).to_dict()), include_groups=False)
-    profiles = cell_means(cell_profiles(runs)).set_index(["encoder", "dataset"])
-    cells = pd.DataFrame({"auroc_full": profiles["auroc"], "aulc": curves.groupby(["encoder", "dataset"]).mean(),
-                          "retention": profiles["retention"]})
-    by_encoder = cells.groupby("encoder").mean()
-    correlations = pd.DataFrame({level: {m: float(sps.spearmanr(t[m], t["auroc_full"]).statistic)
-                                         for m in ("aulc", "retention")}
-                                 for level, t in (("encoder", by_encoder), ("cell", cells))})
-    return AulcVsRetention(cells=cells, correlations=correlations)
+        return getattr(analyses, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -112,6 +112,44 @@ def test_save_load_round_trip_and_hash_check(tmp_path):
         ReferenceFrame.load(tmp_path / "missing.yaml")
 
 
+def test_frame_records_and_checks_its_results_hash(tmp_path):
+    """Issue 9: a frame names the results it was frozen from and says when they changed."""
+    frame = ReferenceFrame.freeze(PANEL, results_hash="a" * 64)
+    assert frame.to_dict()["results_hash"] == "a" * 64
+    assert frame.content_hash() != ReferenceFrame.freeze(PANEL, results_hash="b" * 64).content_hash()
+    assert frame.check_results("a" * 64) is None
+    assert "not saved" in frame.check_results("b" * 64)
+    path = frame.save(tmp_path / "crs_reference_test.yaml")
+    loaded = ReferenceFrame.load(path)
+    assert loaded.results_hash == "a" * 64 and loaded.path == path
+    assert loaded.content_hash() == frame.content_hash()
+    assert loaded.check_results("a" * 64) is None
+    message = loaded.check_results("b" * 64)
+    assert message.startswith(f"{path}: frozen from results aaaaaaaaaaaa, but the results now hash to bbbbbbbbbbbb")
+    assert "\n" not in message
+    content = yaml.safe_load(path.read_text())
+    content["results_hash"] = "c" * 64  # an edit the content hash catches
+    path.write_text(yaml.safe_dump(content))
+    with pytest.raises(FrameError, match="does not match its hash"):
+        ReferenceFrame.load(path)
+    with pytest.raises(FrameError, match="results_hash must be a string"):
+        ReferenceFrame.freeze(PANEL, results_hash=123)
+
+
+def test_frame_saved_without_results_hash_still_loads(tmp_path):
+    """A frame file from before results_hash existed loads, keeps its hash and cannot be checked."""
+    old = ReferenceFrame.freeze(PANEL, description="old")
+    content = old.to_dict()
+    assert "results_hash" not in content
+    content["hash"] = old.content_hash()
+    path = tmp_path / "crs_reference_old.yaml"
+    path.write_text(yaml.safe_dump(content, sort_keys=True))
+    loaded = ReferenceFrame.load(path)
+    assert loaded.results_hash is None and loaded.content_hash() == content["hash"]
+    assert "records no results hash" in loaded.check_results("d" * 64)
+    assert str(path) in loaded.check_results("d" * 64)
+
+
 def test_bad_tables_and_uncovered_dataset_raise():
     frame = ReferenceFrame.freeze(PANEL)
     with pytest.raises(ProfileTableError, match="missing column.*robustness"):

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro.crs import ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
+from crsrepro.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
 from crsrepro.metrics import macro_auroc
-from crsrepro.stats import _weighted_macro_auroc, case_paired_bootstrap, rank_agreement, seed_paired_bootstrap
+from crsrepro.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
+                            seed_paired_bootstrap, seed_variance)
 
 import torch
 
@@ -85,8 +86,8 @@ def test_rank_agreement_top3_and_errors():
 def test_seed_bootstrap_laws_and_dominant_encoder():
     per_seed = synthetic_per_seed(n_encoders=6, noise=0.05)
     frame = ReferenceFrame.freeze(per_seed)
-    dominant = pd.DataFrame([dict(encoder="best", dataset=d, seed=s, auroc=0.99, ece=0.01, retention=0.99,
-                                  robustness=0.99) for d in ("isic2019", "aptos2019", "chexpert") for s in range(5)])
+    dominant = pd.DataFrame([dict(encoder="best", dataset=d, seed=s, auroc=0.999, ece=0.0, retention=1.0,
+                                  robustness=1.0) for d in ("isic2019", "aptos2019", "chexpert") for s in range(5)])
     result = seed_paired_bootstrap(pd.concat([per_seed, dominant]), frame, n_resamples=2000, rng=0)
     assert result.p_rank1.sum() == pytest.approx(1.0)
     assert result.p_top3.sum() == pytest.approx(3.0)
@@ -104,14 +105,35 @@ def test_seed_bootstrap_laws_and_dominant_encoder():
 
 
 def test_seed_bootstrap_equals_crs_of_resampled_means():
-    per_seed = synthetic_per_seed(n_encoders=5, n_seeds=4, noise=0.05, rng=3)
+    """A replicate is the CRS of the resampled panel against the same replicate's peers (frame's anchors
+    and weights), i.e. a frame frozen from the resampled profiles; peers="frozen" keeps the frozen peers."""
+    per_seed = synthetic_per_seed(n_encoders=5, n_seeds=4, noise=0.1, rng=3)
     frame = ReferenceFrame.freeze(per_seed)
-    result = seed_paired_bootstrap(per_seed, frame, n_resamples=5, rng=7)
-    draws = np.random.default_rng(7).integers(0, 4, size=(5, 4))
+    paired = seed_paired_bootstrap(per_seed, frame, n_resamples=8, rng=7)
+    frozen = seed_paired_bootstrap(per_seed, frame, n_resamples=8, rng=7, peers="frozen")
+    draws = np.random.default_rng(7).integers(0, 4, size=(8, 4))
     for r, draw in enumerate(draws):
         resampled = pd.concat([per_seed[per_seed["seed"] == s].assign(seed=k) for k, s in enumerate(draw)])
-        expected = aggregate_crs(crs_scores(resampled, frame))["crs"]
-        np.testing.assert_allclose(result.replicates.iloc[r], expected.reindex(result.replicates.columns), atol=1e-12)
+        own = aggregate_crs(crs_scores(resampled, ReferenceFrame.freeze(resampled)))["crs"]
+        np.testing.assert_allclose(paired.replicates.iloc[r], own.reindex(paired.replicates.columns), atol=1e-12)
+        fixed = aggregate_crs(crs_scores(resampled, frame))["crs"]
+        np.testing.assert_allclose(frozen.replicates.iloc[r], fixed.reindex(frozen.replicates.columns), atol=1e-12)
+    assert np.abs(paired.replicates - frozen.replicates).to_numpy().max() > 1e-3  # the two estimands differ here
+    pd.testing.assert_series_equal(paired.estimate, frozen.estimate)  # the published point estimate is shared
+    with pytest.raises(ValueError, match="peers must be one of"):
+        seed_paired_bootstrap(per_seed, frame, n_resamples=8, peers="fixed")
+
+
+def test_identity_draw_reproduces_the_published_estimate():
+    """With the frame frozen from the same profiles, the draw 'every seed once' gives exactly ``estimate``."""
+    per_seed = synthetic_per_seed(n_encoders=5, n_seeds=3, noise=0.1, rng=4)
+    frame = ReferenceFrame.freeze(per_seed)
+    result = seed_paired_bootstrap(per_seed, frame, n_resamples=400, rng=0)
+    identity = np.flatnonzero((np.sort(np.random.default_rng(0).integers(0, 3, size=(400, 3)), 1)
+                               == [0, 1, 2]).all(1))
+    assert len(identity) > 0
+    np.testing.assert_allclose(result.replicates.iloc[identity], np.tile(result.estimate, (len(identity), 1)),
+                               atol=1e-12)
 
 
 def test_seed_bootstrap_needs_every_seed_in_every_cell():
@@ -130,13 +152,52 @@ def test_seed_bootstrap_ci_coverage_with_40_units():
     truth = aggregate_crs(crs_scores(truth_profiles, frame))["crs"]
     true_diff = truth["e02"] - truth["e01"]
     rng = np.random.default_rng(11)
-    covered, n_rep = 0, 150
+    covered, n_rep = 0, 120
     for _ in range(n_rep):
         noisy = pd.concat([truth_profiles.assign(seed=s) for s in range(40)], ignore_index=True)
         noisy[["auroc", "retention"]] += rng.normal(0, 0.01, size=(len(noisy), 2))
-        ci = seed_paired_bootstrap(noisy, frame, n_resamples=400, rng=rng).paired_diff_ci("e02", "e01")
+        ci = seed_paired_bootstrap(noisy, frame, n_resamples=250, rng=rng).paired_diff_ci("e02", "e01")
         covered += ci.ci_low <= true_diff <= ci.ci_high
     assert 0.88 <= covered / n_rep <= 0.995
+
+
+def _shared_effect_panel(truth, n_seeds, shared_sd, own_sd, rng):
+    """Per-seed profiles around normalised ``truth`` {encoder: p}: a seed effect shared by every encoder
+    (an easy or a hard split, one shift per dimension) plus a small effect of each encoder's own."""
+    encoders = list(truth)
+    lo = np.array([DEFAULT_ANCHORS[d][0] for d in DIMENSIONS])
+    hi = np.array([DEFAULT_ANCHORS[d][1] for d in DIMENSIONS])
+    p = (np.array([truth[e] for e in encoders])[None] + rng.normal(0, shared_sd, (n_seeds, 1, 4))
+         + rng.normal(0, own_sd, (n_seeds, len(encoders), 4)))
+    raw = lo + p * (hi - lo)
+    return pd.DataFrame({"encoder": np.tile(encoders, n_seeds), "dataset": "isic2019",
+                         "seed": np.repeat(np.arange(n_seeds), len(encoders)),
+                         **{d: raw[..., k].ravel() for k, d in enumerate(DIMENSIONS)}})
+
+
+def test_paired_peers_ci_covers_and_is_narrower_under_a_shared_seed_effect():
+    """Issue 10: with a shared seed effect the resampled-peers interval of A - B is far narrower than the
+    frozen-peers one and covers the true difference at about the nominal 95 % over repeated panels."""
+    truth = {"A": [0.72, 0.68, 0.70, 0.66], "B": [0.69, 0.65, 0.67, 0.63], "C": [0.70, 0.62, 0.64, 0.72],
+             "D": [0.66, 0.62, 0.64, 0.60]}  # gaps of 0.03: the Pareto order is stable under the own effect
+    truth_table = _shared_effect_panel(truth, 1, 0.0, 0.0, np.random.default_rng(0))
+    true = aggregate_crs(crs_scores(truth_table, ReferenceFrame.freeze(truth_table)))["crs"]
+    true_diff = true["A"] - true["B"]
+    rng = np.random.default_rng(0)
+    covered, widths = 0, {"resampled": [], "frozen": []}
+    n_panels = 80
+    for i in range(n_panels):
+        per_seed = _shared_effect_panel(truth, 40, 0.1, 0.004, rng)
+        frame = ReferenceFrame.freeze(per_seed)
+        ci = seed_paired_bootstrap(per_seed, frame, n_resamples=200, rng=rng).paired_diff_ci("A", "B")
+        covered += ci.ci_low <= true_diff <= ci.ci_high
+        widths["resampled"].append(ci.ci_high - ci.ci_low)
+        if i < 10:
+            frozen = seed_paired_bootstrap(per_seed, frame, n_resamples=200, rng=rng, peers="frozen")
+            ci = frozen.paired_diff_ci("A", "B")
+            widths["frozen"].append(ci.ci_high - ci.ci_low)
+    assert 0.86 <= covered / n_panels <= 0.99
+    assert np.mean(widths["resampled"]) < 0.2 * np.mean(widths["frozen"])
 
 
 def test_seed_bootstrap_is_vectorised_fast():
@@ -187,3 +248,28 @@ def test_case_bootstrap_paired_ci_coverage_and_sharing():
         low, high = np.quantile(r.replicates["e"], [0.025, 0.975])
         covered += low <= sps.norm.cdf(1 / np.sqrt(2)) <= high  # AUROC of N(0,1) vs N(1,1)
     assert covered >= 34
+
+
+# --------------------------------------------------------------------------- seed variance
+
+def test_seed_variance_and_its_check():
+    per_seed = synthetic_per_seed(n_encoders=3, n_seeds=4, noise=0.02, rng=8)
+    table = seed_variance(per_seed)
+    assert len(table) == 9 and (table["n_seeds"] == 4).all()
+    cell = per_seed[(per_seed["encoder"] == "e01") & (per_seed["dataset"] == "chexpert")]
+    row = table[(table["encoder"] == "e01") & (table["dataset"] == "chexpert")].iloc[0]
+    assert row["sd_ece"] == pytest.approx(np.std(cell["ece"], ddof=1))
+    assert has_seed_variance(per_seed)
+    # the degenerate grid of issue 10: every seed a copy of seed 0 except for retention
+    copies = per_seed.copy()
+    first = copies[copies["seed"] == 0].set_index(["encoder", "dataset"])
+    for d in ("auroc", "ece", "robustness"):
+        copies[d] = first[d].reindex(pd.MultiIndex.from_frame(copies[["encoder", "dataset"]])).to_numpy()
+    assert not has_seed_variance(copies)
+    assert (seed_variance(copies)["sd_retention"] > 0).all()
+    one_flat = per_seed.copy()
+    one_flat.loc[(one_flat["encoder"] == "e02") & (one_flat["dataset"] == "isic2019"), "ece"] = 0.1
+    assert not has_seed_variance(one_flat)  # one cell without variance in C is enough
+    assert not has_seed_variance(per_seed[per_seed["seed"] == 0])  # one seed: no variance to speak of
+    with pytest.raises(ProfileTableError, match="missing column seed"):
+        seed_variance(per_seed.drop(columns="seed"))

@@ -5,11 +5,13 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro.crs import ProfileTableError, ReferenceFrame, cell_profiles
+from crsrepro import analyses, crs, dimensions, stats
+from crsrepro.analyses import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
+                               control_probe_agreement, external_validity, insertion_experiment,
+                               leave_one_dataset_out, recalibration_summary, welch_transfer_test)
+from crsrepro.crs import ReferenceFrame
+from crsrepro.dimensions import ProfileTableError, cell_profiles
 from crsrepro.metrics import aulc, label_efficiency_retention, robustness_raw
-from crsrepro.stats import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
-                            control_probe_agreement, external_validity, insertion_experiment, leave_one_dataset_out,
-                            recalibration_summary, welch_transfer_test)
 
 FAMILIES = {"g1": "general", "g2": "general", "g3": "general", "m1": "medical", "m2": "medical", "s1": "specialist"}
 QUALITY = {"g1": 0.1, "g2": 0.3, "g3": 0.5, "m1": 0.6, "m2": 0.8, "s1": 0.9}
@@ -48,6 +50,18 @@ def make_runs(seeds=(0, 1, 2)):
 
 
 RUNS = make_runs()
+
+
+def test_moved_names_are_importable_from_their_old_homes():
+    """Issue 9 moved the runs -> dimensions code and the analyses; the old import paths still work."""
+    for name in ("RUN_COLUMNS", "PRIMARY", "select_runs", "is_perturbation", "is_transfer", "cell_profiles",
+                 "reliability_profiles", "ProfileTableError"):
+        assert getattr(crs, name) is getattr(dimensions, name)
+    assert dimensions.cell_profiles is dimensions.reliability_profiles
+    for name in stats._MOVED_TO_ANALYSES:
+        assert getattr(stats, name) is getattr(analyses, name)
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        stats.nope
 
 
 def test_cell_profiles_by_hand():
@@ -115,8 +129,40 @@ def test_recalibration_summary():
     drop = result.cells["absolute_drop"]
     low, high = sps.t.interval(0.95, len(drop) - 1, loc=drop.mean(), scale=sps.sem(drop))
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
+    assert result.summary.loc["best_in_val", "n_cells"] == 0 and result.best_in_val.empty  # no val_cv_ece
+    assert any("no val_cv_ece" in n for n in result.notes) and not result.comparable_to_paper
+    assert result.declared.empty and result.declared_cells == ()
     chosen = recalibration_summary(RUNS, cells=[("m1", "aptos2019"), ("g1", "isic2019")])
-    assert chosen.summary.loc["temperature", "n_cells"] == 2
+    assert chosen.declared.loc["temperature", "n_cells"] == 2 and chosen.summary.loc["temperature", "n_cells"] == 18
+    assert any("six main tests" in n for n in chosen.notes) and not chosen.comparable_to_paper
+
+
+def test_recalibration_best_in_val_is_chosen_on_val_never_on_test():
+    """Issue 10: per cell the method with the lowest seed-mean val_cv_ece, whatever the test ECE says."""
+    clean = (RUNS["probe"] == "linear") & (RUNS["condition"] == "clean") & (RUNS["label_fraction"] == 1.0)
+    runs = RUNS.copy()
+    runs.loc[clean, "val_cv_ece"] = np.where(runs.loc[clean, "recalibrator"] == "none", 0.10, 0.05)
+    isotonic = runs[clean & (runs["recalibrator"] == "temperature")].assign(
+        recalibrator="isotonic", ece=lambda t: t["ece"] * 0.1, val_cv_ece=0.08)  # best on test, not in val
+    runs = pd.concat([runs, isotonic], ignore_index=True)
+    stays = (runs["encoder"] == "g1") & (runs["dataset"] == "isic2019") & clean
+    runs.loc[stays, "val_cv_ece"] = np.where(runs.loc[stays, "recalibrator"] == "none", 0.01, 0.05)
+    noisy = (runs["encoder"] == "m2") & (runs["dataset"] == "chexpert") & clean & (runs["recalibrator"] == "isotonic")
+    runs.loc[noisy, "val_cv_ece"] = np.where(runs.loc[noisy, "seed"] == 0, 0.0, 0.2)  # seed mean 0.067 > 0.05
+    result = recalibration_summary(runs)
+    best = result.best_in_val.set_index(["encoder", "dataset"])
+    assert len(best) == 18
+    assert best.loc[("g1", "isic2019"), "recalibrator"] == "none"
+    assert best.loc[("g1", "isic2019"), "absolute_drop"] == 0.0
+    assert (best.drop(index=[("g1", "isic2019")])["recalibrator"] == "temperature").all()
+    temperature = result.cells[result.cells["recalibrator"] == "temperature"].set_index(["encoder", "dataset"])
+    np.testing.assert_allclose(best.loc[("m1", "aptos2019"), "ece_after"], temperature.loc[("m1", "aptos2019"), "ece_after"])
+    row = result.summary.loc["best_in_val"]
+    assert row["n_cells"] == 18
+    assert row["mean_absolute_drop"] == pytest.approx(best["absolute_drop"].mean())
+    assert result.summary.loc["isotonic", "mean_absolute_drop"] > row["mean_absolute_drop"]  # test would pick isotonic
+    declared = recalibration_summary(runs, cells=[("g1", "isic2019"), ("m1", "aptos2019")]).declared
+    assert declared.loc["best_in_val", "n_cells"] == 2 and declared.loc["isotonic", "n_cells"] == 2
 
 
 def test_calibration_under_degradation():

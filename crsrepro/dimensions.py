@@ -1,0 +1,132 @@
+"""From the runs table to the four dimensions: the paper's reliability profiles (DESIGN.md section 8).
+
+A *reliability profile* is the paper's four-dimensional description of one encoder x dataset cell:
+``auroc`` (discrimination D), ``ece`` (calibration C, lower is better), ``retention`` (label
+efficiency L) and ``robustness`` (R_raw). (The YAML run configuration under ``crsrepro/profiles/``
+is a different thing that keeps the word "profile" for the command line.)
+
+This module reads the runs table (one row per run, :data:`RUN_COLUMNS`; the wide view of the
+results store, :func:`crsrepro.results.runs_table`), keeps the paper's primary runs
+(:data:`PRIMARY`) and builds one reliability profile per cell and seed
+(:func:`reliability_profiles`). The CRS that scores those profiles is :mod:`crsrepro.crs`.
+
+A reliability-profiles table is a DataFrame with the columns ``encoder, dataset, auroc, ece,
+retention, robustness`` and either one row per cell (averaged over seeds) or one row per seed with a
+``seed`` column; :func:`crsrepro.crs.cell_means` validates one and averages its seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.errors import CrsreproError
+from crsrepro.metrics import label_efficiency_retention, robustness_raw
+
+RUN_COLUMNS = ("encoder", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
+               "recalibrator", "auroc", "ece")
+"""The columns of the runs table the analyses read: one row per run (the wide view of the results
+store, :func:`crsrepro.results.runs_table`; ``family`` and ``classwise_ece`` may be there too)."""
+PRIMARY = {"probe": "linear", "layer": "final", "regime": "frozen", "recalibrator": "none"}
+"""The paper's primary runs: the linear probe on the final layer of the frozen encoder, uncalibrated."""
+
+
+class ProfileTableError(CrsreproError, ValueError):
+    """A runs or reliability-profiles table lacks a column, holds a non-finite value or repeats a cell."""
+
+
+def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
+    """The rows of a runs table whose columns equal ``PRIMARY`` updated with ``keys``.
+
+    A key given as None is not filtered on (e.g. ``recalibrator=None`` keeps every recalibrator).
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame([dict(encoder="e", dataset="d", seed=0, label_fraction=1.0, condition="clean",
+    ...                           probe=p, layer="final", regime="frozen", recalibrator="none", auroc=a, ece=0.1)
+    ...                      for p, a in [("linear", 0.8), ("knn", 0.7)]])
+    >>> select_runs(runs)["auroc"].tolist(), len(select_runs(runs, probe=None))
+    ([0.8], 2)
+    """
+    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ProfileTableError(f"runs table: missing column(s) {', '.join(missing)} (expected {', '.join(RUN_COLUMNS)})")
+    wanted = {k: v for k, v in {**PRIMARY, **keys}.items() if v is not None}
+    mask = np.ones(len(runs), bool)
+    for column, value in wanted.items():
+        mask &= (runs[column] == value).to_numpy()
+    return runs[mask]
+
+
+def is_perturbation(condition: str) -> bool:
+    """``<perturbation>@<severity>`` conditions (not ``clean``, not a transfer dataset such as ``mimic_cxr``)."""
+    return "@" in condition
+
+
+def is_transfer(condition: str) -> bool:
+    """A transfer condition: the probe scored without retraining on another dataset (``mimic_cxr``)."""
+    return condition != "clean" and not is_perturbation(condition)
+
+
+def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -> pd.DataFrame:
+    """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
+
+    Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
+    ``retention`` = :func:`crsrepro.metrics.label_efficiency_retention` of the clean AUROC over the
+    label fractions; ``robustness`` = :func:`crsrepro.metrics.robustness_raw` of the AUROC drops
+    ``AUROC_clean - AUROC(p@s)`` at 100 % labels, plus the real drop to each transfer condition
+    (CheXpert -> MIMIC-CXR) when ``include_transfer``.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        A runs table (:data:`RUN_COLUMNS`); only :data:`PRIMARY` rows are read.
+    include_transfer : bool, default True
+        Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
+        check removes it).
+
+    Returns
+    -------
+    DataFrame
+        A per-seed reliability-profiles table: ``encoder, dataset, seed, auroc, ece, retention,
+        robustness`` (and ``family`` when the runs have it).
+
+    Raises
+    ------
+    ProfileTableError
+        A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
+    """
+    primary = select_runs(runs)
+    key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
+    dup = primary.duplicated(key, keep=False)
+    if dup.any():
+        row = primary[dup].iloc[0]
+        raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
+                                + " appears more than once")
+    rows = []
+    for (encoder, dataset, seed), cell in primary.groupby(["encoder", "dataset", "seed"], sort=True):
+        where = f"runs table, encoder {encoder}, dataset {dataset}, seed {seed}"
+        clean = cell[cell["condition"] == "clean"].set_index("label_fraction")
+        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
+        if "clean" not in full.index or len(clean) < 2:
+            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
+                                    f"fraction, has fractions {sorted(clean.index)}")
+        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
+        if not any(is_perturbation(c) for c in conditions):
+            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
+        drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
+        row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
+               "ece": full.loc["clean", "ece"],
+               "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
+               "robustness": robustness_raw(drops)}
+        if "family" in cell.columns:
+            row["family"] = cell["family"].iloc[0]
+        rows.append(row)
+    if not rows:
+        raise ProfileTableError("runs table: no primary runs (probe linear, layer final, regime frozen, "
+                                "recalibrator none)")
+    return pd.DataFrame(rows)
+
+
+cell_profiles = reliability_profiles
+"""The earlier name of :func:`reliability_profiles`, kept for notebooks and scripts that use it."""
