@@ -90,9 +90,9 @@ class RunAnalysis:
     @cached_property
     def reliability_profiles(self) -> pd.DataFrame:
         """Per (encoder, dataset, seed): the four raw dimensions (DESIGN.md section 8)."""
-        from crsrepro.crs import cell_profiles
+        from crsrepro.dimensions import reliability_profiles
 
-        return cell_profiles(self.runs)
+        return reliability_profiles(self.runs)
 
     @cached_property
     def cell_means(self) -> pd.DataFrame:
@@ -150,7 +150,7 @@ class RunAnalysis:
     @cached_property
     def insertion(self):
         """The insertion experiment: 3 encoders into a panel, fixed anchors vs cohort normalisation."""
-        from crsrepro.stats import insertion_experiment
+        from crsrepro.analyses import insertion_experiment
 
         n_encoders = self.reliability_profiles["encoder"].nunique()
         if n_encoders < 5:
@@ -159,51 +159,51 @@ class RunAnalysis:
 
     def external_validity(self, source: str = "chexpert", target: str = "mimic_cxr"):
         """CRS without the transfer term vs transfer AUROC, against source AUROC (DESIGN.md section 10)."""
-        from crsrepro.stats import external_validity
+        from crsrepro.analyses import external_validity
 
         return external_validity(self.runs, source=source, target=target)
 
     @cached_property
     def leave_one_dataset_out(self) -> pd.DataFrame:
-        from crsrepro.stats import leave_one_dataset_out
+        from crsrepro.analyses import leave_one_dataset_out
 
         return leave_one_dataset_out(self.scores)
 
     @cached_property
     def control_agreement(self) -> pd.DataFrame:
         """AUROC rank agreement of the MLP and k-NN controls with the linear probe, per dataset."""
-        from crsrepro.stats import control_probe_agreement
+        from crsrepro.analyses import control_probe_agreement
 
         return control_probe_agreement(self.runs)
 
     @cached_property
     def recalibration(self):
         """ECE before and after each recalibrator, per cell and overall."""
-        from crsrepro.stats import recalibration_summary
+        from crsrepro.analyses import recalibration_summary
 
         return recalibration_summary(self.runs)
 
     @cached_property
     def degradation(self):
         """ECE rise and AUROC drop under the perturbations, and their correlation over cells."""
-        from crsrepro.stats import calibration_under_degradation
+        from crsrepro.analyses import calibration_under_degradation
 
         return calibration_under_degradation(self.runs)
 
     def transfer_test(self, source: str = "chexpert", target: str = "mimic_cxr"):
         """Welch's t-test on transfer AUROC, medical-pretrained vs general encoders."""
-        from crsrepro.stats import welch_transfer_test
+        from crsrepro.analyses import welch_transfer_test
 
         return welch_transfer_test(self.all_runs, source=source, target=target, medical_families=MEDICAL_FAMILIES)
 
     @cached_property
     def aulc_vs_retention(self):
-        from crsrepro.stats import aulc_vs_retention
+        from crsrepro.analyses import aulc_vs_retention
 
         return aulc_vs_retention(self.runs)
 
     def absolute_label_efficiency(self, fraction: float = 0.01, reference_encoder: str = "general.vit_b16"):
-        from crsrepro.stats import absolute_label_efficiency
+        from crsrepro.analyses import absolute_label_efficiency
 
         return absolute_label_efficiency(self.runs, fraction=fraction, reference_encoder=reference_encoder)
 

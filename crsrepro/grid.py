@@ -574,7 +574,8 @@ def score_new_encoder(profile: Profile | str, encoder_id: str, *, weights=None, 
     CrsreproError
         No frame is frozen, or the panel's results have changed since the frame was frozen from them.
     """
-    from crsrepro.crs import cell_profiles as reliability_profiles, score_encoder
+    from crsrepro.crs import score_encoder
+    from crsrepro.dimensions import reliability_profiles
     from crsrepro.encoders import get_spec
 
     profile = _as_profile(profile)

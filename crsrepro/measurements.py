@@ -110,8 +110,8 @@ def _ranking_measures(a: RunAnalysis) -> dict:
         out |= {f"aggregate_auroc:{encoder}": row["auroc"], f"aggregate_crs:{encoder}": row["crs"],
                 f"rank_auroc:{encoder}": row["rank_auroc"], f"rank_crs:{encoder}": row["rank_crs"]}
     out |= _leaders(agg["auroc"], "aggregate_auroc") | _leaders(agg["crs"], "aggregate_crs")
-    for a, b in permutations(agg.index, 2):
-        out[f"crs_gap:{a}-{b}"] = agg.loc[a, "crs"] - agg.loc[b, "crs"]
+    for x, y in permutations(agg.index, 2):
+        out[f"crs_gap:{x}-{y}"] = agg.loc[x, "crs"] - agg.loc[y, "crs"]
     if len(agg) >= 2:
         out["crs_gap:rank1-rank2"] = agg["crs"].iloc[0] - agg["crs"].iloc[1]
         agreement = a.rank_agreement
@@ -131,9 +131,9 @@ def _bootstrap_measures(a: RunAnalysis) -> dict:
     out |= {f"p_top3:rank{i}": boot.p_top3[e] for i, e in enumerate(order[:3], start=1)}
     out |= {"p_rank1_sum": boot.p_rank1.sum(), "p_top3_sum": boot.p_top3.sum(),
             "n_p_top3_zero": int((boot.p_top3 == 0).sum())}
-    for a, b in permutations(order, 2):
-        ci = boot.paired_diff_ci(a, b)
-        out[f"crs_diff_ci:{a}-{b}"] = (ci.ci_low, ci.ci_high)
+    for x, y in permutations(order, 2):
+        ci = boot.paired_diff_ci(x, y)
+        out[f"crs_diff_ci:{x}-{y}"] = (ci.ci_low, ci.ci_high)
     if len(order) >= 2:
         out["crs_diff_ci:rank1-rank2"] = out[f"crs_diff_ci:{order[0]}-{order[1]}"]
     return out
