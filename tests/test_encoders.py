@@ -2,10 +2,14 @@
 
 Every paper spec gets a fixture writer below that saves a small random model of its architecture in the
 format its real weights are released in (timm hub folder, open_clip hub folder, transformers
-``save_pretrained`` folder, or the released state-dict file with its real key prefixes). Nothing is
-downloaded: the Hugging Face hub is put offline and its cache pointed at an empty folder.
+``save_pretrained`` folder, or the released state-dict file with its real key prefixes and its extra
+entries: classifier heads, decoders, teachers, ``args``). Nothing is downloaded: the Hugging Face hub is
+put offline and its cache pointed at an empty folder (or at a populated one, built here, for the
+cache tests).
 """
 
+import argparse
+import dataclasses
 import json
 
 import numpy as np
@@ -24,13 +28,18 @@ from transformers import (
     SiglipModel,
 )
 
-from crsrepro.encoders import create_encoder, get_spec, list_encoders, paper
+from crsrepro.encoders import create_encoder, get_spec, list_encoders, local, paper
+from crsrepro.encoders import registry
 from crsrepro.encoders.registry import (
     NETWORK_TAPS,
+    PAPER_TAPS,
     EncoderSpec,
     load_state_dict,
+    md5_of,
     pil_to_uint8_tensor,
     register,
+    resize_to_input,
+    resolve_weights,
     weights_hash,
 )
 from crsrepro.errors import MissingWeightsError, UnknownEncoderError
@@ -47,9 +56,11 @@ def offline_hub(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------ fixture writers
 
-def _timm_hub(folder, arch, model_args):
-    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
-    (folder / "config.json").write_text(json.dumps({"architecture": arch, "model_args": model_args}))
+def _timm_hub(folder, arch, model_args, *, head=True):
+    # real tv_in1k / augreg files carry their ImageNet classifier (fc.* / head.*) and a pretrained_cfg
+    model = timm.create_model(arch, pretrained=False, num_classes=10 if head else 0, **model_args)
+    (folder / "config.json").write_text(json.dumps({"architecture": arch, "num_classes": 10, "model_args": model_args,
+                                                    "pretrained_cfg": {"crop_pct": 0.875}}))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
 
 
@@ -65,7 +76,7 @@ def _open_clip_hub(folder, model_cfg, state_dict):
 
 def write_clip(folder):
     cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 4, "width": 32, "head_width": 16,
-                                           "patch_size": 32}, "text_cfg": TINY_TEXT}
+                                           "patch_size": 32}, "text_cfg": TINY_TEXT, "quick_gelu": True}
     _open_clip_hub(folder, cfg, open_clip.CLIP(**cfg).state_dict())
 
 
@@ -124,28 +135,40 @@ def write_medgemma(folder):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
-def _shrunk_timm_pth(folder, filename, arch, model_args, *, wrap, prefix, extra):
-    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
+def _shrunk_timm_pth(folder, filename, arch, model_args, *, wrap, prefix, extra, num_classes=0, top_level=None):
+    model = timm.create_model(arch, pretrained=False, num_classes=num_classes, **model_args)
     state_dict = {prefix + k: v for k, v in model.state_dict().items()}
     state_dict.update(extra)
     (folder / "config.json").write_text(json.dumps({"model_args": model_args}))
-    torch.save({"model": state_dict} if wrap else state_dict, folder / filename)
+    torch.save({"model": state_dict, **(top_level or {})} if wrap else state_dict, folder / filename)
 
 
 def write_retfound(folder):
+    # MAE's save_model: {'model', 'optimizer', 'epoch', 'scaler', 'args'}; args is an argparse.Namespace
     _shrunk_timm_pth(folder, "RETFound_cfp_weights.pth", "vit_large_patch16_224", TINY_VIT, wrap=True, prefix="",
-                     extra={"decoder_embed.weight": torch.zeros(4, 32), "mask_token": torch.zeros(1, 1, 4)})
+                     extra={"decoder_embed.weight": torch.zeros(4, 32), "decoder_pos_embed": torch.zeros(1, 5, 4),
+                            "mask_token": torch.zeros(1, 1, 4)},
+                     top_level={"epoch": 799, "args": argparse.Namespace(model="mae_vit_large_patch16", lr=None,
+                                                                         mask_ratio=0.75, norm_pix_loss=True)})
 
 
-def write_panderm(folder):
-    args = {**TINY_VIT, "use_abs_pos_emb": True, "use_rel_pos_bias": False, "init_values": 0.1}
-    _shrunk_timm_pth(folder, "panderm_ll_data6_checkpoint-499.pth", "beit_large_patch16_224", args, wrap=True,
-                     prefix="encoder.", extra={"regressor.norm.weight": torch.zeros(4)})
+PANDERM_TINY = {**TINY_VIT, "init_values": 0.1}
+
+
+def write_panderm(folder, *, wrap=False):
+    # the released file: a flat CAE state dict, the encoder under encoder.*, plus teacher and decoder
+    extra = {"teacher.norm.weight": torch.ones(32), "teacher.blocks.0.attn.qkv.weight": torch.zeros(96, 32),
+             "decoder.norm.weight": torch.ones(32), "regressor.norm.weight": torch.zeros(4)}
+    _shrunk_timm_pth(folder, "panderm_ll_data6_checkpoint-499.pth", "beit_large_patch16_224",
+                     {**local.PANDERM_MODEL_ARGS, **PANDERM_TINY}, wrap=wrap, prefix="encoder.", extra=extra)
+    (folder / "config.json").write_text(json.dumps({"model_args": PANDERM_TINY}))
 
 
 def write_biovil(folder):
+    # hi-ml's ImageModel: the torchvision ResNet-50 (with its fc.*) under encoder.encoder.*, plus the projector
     _shrunk_timm_pth(folder, "biovil_image_resnet50_proj_size_128.pt", "resnet50", TINY_RESNET, wrap=False,
-                     prefix="encoder.encoder.", extra={"projector.model.0.weight": torch.zeros(8, 2048, 1, 1)})
+                     prefix="encoder.encoder.", num_classes=10,
+                     extra={"projector.model.0.weight": torch.zeros(8, 2048, 1, 1)})
 
 
 def write_chexzero(folder):
@@ -173,11 +196,17 @@ FIXTURES = {
 }
 
 
-def make_weights(tmp_path, encoder_id):
+def make_weights(tmp_path, encoder_id, monkeypatch=None):
+    """Write the fixture; with ``monkeypatch``, register the spec with the fixture's MD5 where the real
+    spec pins the released file's (BioViL), so the rest of the load can be tested."""
     folder = tmp_path / "weights" / encoder_id
     folder.mkdir(parents=True)
     torch.manual_seed(0)
     FIXTURES[encoder_id](folder)
+    spec, builder = registry._lookup(encoder_id)
+    if monkeypatch is not None and spec.weight_md5:
+        fixture_md5 = md5_of(folder / spec.weight_files[0])
+        monkeypatch.setitem(registry._REGISTRY, encoder_id, (dataclasses.replace(spec, weight_md5=fixture_md5), builder))
     return folder
 
 
@@ -198,8 +227,8 @@ def test_the_paper_panel_is_registered_with_its_families_and_exclusions():
 
 
 @pytest.mark.parametrize("encoder_id", PAPER_IDS)
-def test_each_paper_encoder_loads_from_its_real_format(tmp_path, encoder_id):
-    folder = make_weights(tmp_path, encoder_id)
+def test_each_paper_encoder_loads_from_its_real_format(tmp_path, monkeypatch, encoder_id):
+    folder = make_weights(tmp_path, encoder_id, monkeypatch)
     encoder = create_encoder(encoder_id, weights=folder)
     spec = encoder.spec
     images = make_images()
@@ -210,12 +239,20 @@ def test_each_paper_encoder_loads_from_its_real_format(tmp_path, encoder_id):
     batch = torch.stack([encoder.resize(pil_to_uint8_tensor(im)[None])[0] for im in images])
     x = encoder.preprocess(batch)
     assert x.shape == (3, 3, spec.input_size, spec.input_size)
-    taps = encoder.forward_features(x, layers=NETWORK_TAPS)
-    assert list(taps) == list(NETWORK_TAPS)
+    assert spec.layer_taps == PAPER_TAPS and set(NETWORK_TAPS) < set(PAPER_TAPS)
+    taps = encoder.forward_features(x, layers=PAPER_TAPS)
+    assert list(taps) == list(PAPER_TAPS)
     np.testing.assert_allclose(taps["final"].numpy(), feats, rtol=1e-4, atol=1e-5)
     assert all(t.shape[0] == 3 and t.ndim == 2 for t in taps.values())
     early, final = taps["depth25"], taps["final"]
     assert early.shape != final.shape or not torch.allclose(early, final)
+    # depth100: the last block pooled like the other depth taps; 'final' differs only where it is a head
+    last = taps["depth100"]
+    assert spec.pooling == "gap" or last.shape == taps["depth75"].shape  # ResNet stages widen; tokens do not
+    if spec.pooling == "image_embed":
+        assert last.shape != final.shape or not torch.allclose(last, final)
+    else:
+        torch.testing.assert_close(last, final)
     assert len(encoder.weights_hash) == 64
 
 
