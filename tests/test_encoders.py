@@ -213,7 +213,8 @@ def make_weights(tmp_path, encoder_id, monkeypatch=None):
     spec, builder = registry._lookup(encoder_id)
     if monkeypatch is not None and spec.weight_md5:
         fixture_md5 = md5_of(folder / spec.weight_files[0])
-        monkeypatch.setitem(registry._REGISTRY, encoder_id, (dataclasses.replace(spec, weight_md5=fixture_md5), builder))
+        patched = dataclasses.replace(spec, weight_md5=fixture_md5)
+        monkeypatch.setitem(registry._REGISTRY, encoder_id, (patched, builder))
     return folder
 
 
@@ -478,7 +479,8 @@ def test_the_weights_hash_covers_only_the_files_read(tmp_path, monkeypatch):
     # MedGemma: the tower tensors and config.json, not the language-model shard
     gemma = make_weights(tmp_path, "medical.medgemma")
     before = create_encoder("medical.medgemma", weights=gemma).weights_hash
-    save_file({"language_model.model.embed_tokens.weight": torch.ones(4, 8)}, gemma / "model-00001-of-00002.safetensors")
+    language_model = {"language_model.model.embed_tokens.weight": torch.ones(4, 8)}
+    save_file(language_model, gemma / "model-00001-of-00002.safetensors")
     assert create_encoder("medical.medgemma", weights=gemma).weights_hash == before
 
 

@@ -24,7 +24,8 @@ def no_weights_anywhere(tmp_path, monkeypatch):
 def _tiny_resnet(folder):
     folder.mkdir(parents=True)
     model = timm.create_model("resnet50", pretrained=False, num_classes=10, layers=[1, 1, 1, 1])
-    (folder / "config.json").write_text(json.dumps({"architecture": "resnet50", "model_args": {"layers": [1, 1, 1, 1]}}))
+    config = {"architecture": "resnet50", "model_args": {"layers": [1, 1, 1, 1]}}
+    (folder / "config.json").write_text(json.dumps(config))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
 
 

@@ -12,9 +12,9 @@ An :class:`Encoder` (subclassed once per loader family, and by the demo panel) o
 - ``preprocess(batch_uint8)``: ``uint8 [B, 3, H, W] -> float [B, 3, S, S]`` on ``encoder.device``:
   :meth:`Encoder.resize` (:func:`resize_to_input`: ``spec.resize_mode`` ``crop``, the short side to
   ``S = spec.input_size`` then a centre crop, or ``pad``, padded to a square with ``spec.pad_fill`` then
-  resized to ``S``; ``spec.interpolation``, antialiased) and the spec's mean/std normalisation. This is the batched tensor path
-  that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early (in a data-loader
-  worker), after which ``preprocess`` only normalises.
+  resized to ``S``; ``spec.interpolation``, antialiased) and the spec's mean/std normalisation. This is
+  the batched tensor path that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early
+  (in a data-loader worker), after which ``preprocess`` only normalises.
 - ``forward_features(x, *, layers=("final",))``: ``{layer: float [B, D]}`` for layer names among
   ``spec.layer_taps``, all from ONE forward pass, each pooled as the spec says. Subclasses implement
   :meth:`Encoder._forward_layers`; the base class validates the names and runs it without gradients.
