@@ -8,6 +8,7 @@
     crsrepro run [--profile demo]             run the grid (resumes; skips finished runs) -> results.parquet
     crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
+    crsrepro check-weights [--encoder ID]     load local paper-encoder weights strictly on the CPU, report
     crsrepro list {profiles,encoders,notebooks}
 
 User errors (a missing profile, an unknown encoder, a missing dataset root ...) print one line and
@@ -83,6 +84,15 @@ def _cmd_score(args) -> None:
                             progress=not args.quiet).to_string())
 
 
+def _cmd_check_weights(args) -> None:
+    from crsrepro.encoders.check import check_weights
+
+    results = check_weights(args.encoder, weights=args.weights)
+    failed = [r.encoder_id for r in results if r.found and not r.passed]
+    if failed:
+        raise CrsreproError(f"{len(failed)} encoder(s) found but not loaded as released: {', '.join(failed)}")
+
+
 def _cmd_list(args) -> None:
     if args.what == "profiles":
         from crsrepro.profiles import list_profiles
@@ -126,6 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("score", _cmd_score, "score a new encoder against the profile's frozen reference frame")
     p.add_argument("--encoder", required=True, help="a registered encoder id")
     p.add_argument("--weights", default=None, help="weights path (default: CRSREPRO_WEIGHTS/<id>/)")
+    p = sub.add_parser("check-weights", help="check local paper-encoder weights on the CPU (never downloads)",
+                       description="Load each paper encoder's local weights strictly on the CPU and print: found "
+                       "or not (and where it looked), the file's top-level keys, the strict-load result, the "
+                       "parameter count against the spec, and one embedding's shape and norm. Exit status 0 when "
+                       "every encoder found loads strictly with the spec's parameter count (weights not found "
+                       "are reported and do not fail); 2 otherwise.")
+    p.set_defaults(func=_cmd_check_weights)
+    p.add_argument("--encoder", action="append", default=None, help="a paper encoder id (repeatable; default: all 15)")
+    p.add_argument("--weights", default=None, help="weights path for the one --encoder (default: the usual lookup)")
     p = add("list", _cmd_list, "list profiles, encoders or notebooks", book_root=True)
     p.add_argument("what", choices=["profiles", "encoders", "notebooks"])
     return parser

@@ -33,7 +33,7 @@ def pil_images():
 
 
 def test_panel_matches_the_profiles_and_families():
-    assert list(SPECS) == load_profile("demo").encoders
+    assert list(SPECS) == list(load_profile("demo").encoders)
     assert set(load_profile("smoke").encoders) <= set(SPECS)
     families = {i: s.family for i, s in SPECS.items()}
     assert {i for i, f in families.items() if f == "specialist"} == {"demo.derm_cnn", "demo.fundus_cnn", "demo.cxr_cnn"}

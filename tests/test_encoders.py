@@ -2,10 +2,14 @@
 
 Every paper spec gets a fixture writer below that saves a small random model of its architecture in the
 format its real weights are released in (timm hub folder, open_clip hub folder, transformers
-``save_pretrained`` folder, or the released state-dict file with its real key prefixes). Nothing is
-downloaded: the Hugging Face hub is put offline and its cache pointed at an empty folder.
+``save_pretrained`` folder, or the released state-dict file with its real key prefixes and its extra
+entries: classifier heads, decoders, teachers, ``args``). Nothing is downloaded: the Hugging Face hub is
+put offline and its cache pointed at an empty folder (or at a populated one, built here, for the
+cache tests).
 """
 
+import argparse
+import dataclasses
 import json
 
 import numpy as np
@@ -24,13 +28,18 @@ from transformers import (
     SiglipModel,
 )
 
-from crsrepro.encoders import create_encoder, get_spec, list_encoders, paper
+from crsrepro.encoders import create_encoder, get_spec, list_encoders, local, paper
+from crsrepro.encoders import registry
 from crsrepro.encoders.registry import (
     NETWORK_TAPS,
+    PAPER_TAPS,
     EncoderSpec,
     load_state_dict,
+    md5_of,
     pil_to_uint8_tensor,
     register,
+    resize_to_input,
+    resolve_weights,
     weights_hash,
 )
 from crsrepro.errors import MissingWeightsError, UnknownEncoderError
@@ -38,18 +47,27 @@ from crsrepro.errors import MissingWeightsError, UnknownEncoderError
 PAPER_IDS = [spec.id for spec, _ in paper.PAPER_ENCODERS]
 
 
+def point_hf_cache_at(monkeypatch, folder):
+    """huggingface_hub reads HF_HUB_CACHE once, at import: set the variable and the constant it became."""
+    from huggingface_hub import constants
+    monkeypatch.setenv("HF_HUB_CACHE", str(folder))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(folder))
+
+
 @pytest.fixture(autouse=True)
 def offline_hub(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty_hf_cache"))
+    point_hf_cache_at(monkeypatch, tmp_path / "empty_hf_cache")
     monkeypatch.delenv("CRSREPRO_WEIGHTS", raising=False)
 
 
 # ------------------------------------------------------------------------------ fixture writers
 
-def _timm_hub(folder, arch, model_args):
-    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
-    (folder / "config.json").write_text(json.dumps({"architecture": arch, "model_args": model_args}))
+def _timm_hub(folder, arch, model_args, *, head=True):
+    # real tv_in1k / augreg files carry their ImageNet classifier (fc.* / head.*) and a pretrained_cfg
+    model = timm.create_model(arch, pretrained=False, num_classes=10 if head else 0, **model_args)
+    (folder / "config.json").write_text(json.dumps({"architecture": arch, "num_classes": 10, "model_args": model_args,
+                                                    "pretrained_cfg": {"crop_pct": 0.875}}))
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, folder / "model.safetensors")
 
 
@@ -65,7 +83,7 @@ def _open_clip_hub(folder, model_cfg, state_dict):
 
 def write_clip(folder):
     cfg = {"embed_dim": 16, "vision_cfg": {"image_size": 224, "layers": 4, "width": 32, "head_width": 16,
-                                           "patch_size": 32}, "text_cfg": TINY_TEXT}
+                                           "patch_size": 32}, "text_cfg": TINY_TEXT, "quick_gelu": True}
     _open_clip_hub(folder, cfg, open_clip.CLIP(**cfg).state_dict())
 
 
@@ -124,28 +142,40 @@ def write_medgemma(folder):
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
 
 
-def _shrunk_timm_pth(folder, filename, arch, model_args, *, wrap, prefix, extra):
-    model = timm.create_model(arch, pretrained=False, num_classes=0, **model_args)
+def _shrunk_timm_pth(folder, filename, arch, model_args, *, wrap, prefix, extra, num_classes=0, top_level=None):
+    model = timm.create_model(arch, pretrained=False, num_classes=num_classes, **model_args)
     state_dict = {prefix + k: v for k, v in model.state_dict().items()}
     state_dict.update(extra)
     (folder / "config.json").write_text(json.dumps({"model_args": model_args}))
-    torch.save({"model": state_dict} if wrap else state_dict, folder / filename)
+    torch.save({"model": state_dict, **(top_level or {})} if wrap else state_dict, folder / filename)
 
 
 def write_retfound(folder):
+    # MAE's save_model: {'model', 'optimizer', 'epoch', 'scaler', 'args'}; args is an argparse.Namespace
     _shrunk_timm_pth(folder, "RETFound_cfp_weights.pth", "vit_large_patch16_224", TINY_VIT, wrap=True, prefix="",
-                     extra={"decoder_embed.weight": torch.zeros(4, 32), "mask_token": torch.zeros(1, 1, 4)})
+                     extra={"decoder_embed.weight": torch.zeros(4, 32), "decoder_pos_embed": torch.zeros(1, 5, 4),
+                            "mask_token": torch.zeros(1, 1, 4)},
+                     top_level={"epoch": 799, "args": argparse.Namespace(model="mae_vit_large_patch16", lr=None,
+                                                                         mask_ratio=0.75, norm_pix_loss=True)})
 
 
-def write_panderm(folder):
-    args = {**TINY_VIT, "use_abs_pos_emb": True, "use_rel_pos_bias": False, "init_values": 0.1}
-    _shrunk_timm_pth(folder, "panderm_ll_data6_checkpoint-499.pth", "beit_large_patch16_224", args, wrap=True,
-                     prefix="encoder.", extra={"regressor.norm.weight": torch.zeros(4)})
+PANDERM_TINY = {**TINY_VIT, "init_values": 0.1}
+
+
+def write_panderm(folder, *, wrap=False):
+    # the released file: a flat CAE state dict, the encoder under encoder.*, plus teacher and decoder
+    extra = {"teacher.norm.weight": torch.ones(32), "teacher.blocks.0.attn.qkv.weight": torch.zeros(96, 32),
+             "decoder.norm.weight": torch.ones(32), "regressor.norm.weight": torch.zeros(4)}
+    _shrunk_timm_pth(folder, "panderm_ll_data6_checkpoint-499.pth", "beit_large_patch16_224",
+                     {**local.PANDERM_MODEL_ARGS, **PANDERM_TINY}, wrap=wrap, prefix="encoder.", extra=extra)
+    (folder / "config.json").write_text(json.dumps({"model_args": PANDERM_TINY}))
 
 
 def write_biovil(folder):
+    # hi-ml's ImageModel: the torchvision ResNet-50 (with its fc.*) under encoder.encoder.*, plus the projector
     _shrunk_timm_pth(folder, "biovil_image_resnet50_proj_size_128.pt", "resnet50", TINY_RESNET, wrap=False,
-                     prefix="encoder.encoder.", extra={"projector.model.0.weight": torch.zeros(8, 2048, 1, 1)})
+                     prefix="encoder.encoder.", num_classes=10,
+                     extra={"projector.model.0.weight": torch.zeros(8, 2048, 1, 1)})
 
 
 def write_chexzero(folder):
@@ -173,11 +203,18 @@ FIXTURES = {
 }
 
 
-def make_weights(tmp_path, encoder_id):
+def make_weights(tmp_path, encoder_id, monkeypatch=None):
+    """Write the fixture; with ``monkeypatch``, register the spec with the fixture's MD5 where the real
+    spec pins the released file's (BioViL), so the rest of the load can be tested."""
     folder = tmp_path / "weights" / encoder_id
     folder.mkdir(parents=True)
     torch.manual_seed(0)
     FIXTURES[encoder_id](folder)
+    spec, builder = registry._lookup(encoder_id)
+    if monkeypatch is not None and spec.weight_md5:
+        fixture_md5 = md5_of(folder / spec.weight_files[0])
+        patched = dataclasses.replace(spec, weight_md5=fixture_md5)
+        monkeypatch.setitem(registry._REGISTRY, encoder_id, (patched, builder))
     return folder
 
 
@@ -198,8 +235,8 @@ def test_the_paper_panel_is_registered_with_its_families_and_exclusions():
 
 
 @pytest.mark.parametrize("encoder_id", PAPER_IDS)
-def test_each_paper_encoder_loads_from_its_real_format(tmp_path, encoder_id):
-    folder = make_weights(tmp_path, encoder_id)
+def test_each_paper_encoder_loads_from_its_real_format(tmp_path, monkeypatch, encoder_id):
+    folder = make_weights(tmp_path, encoder_id, monkeypatch)
     encoder = create_encoder(encoder_id, weights=folder)
     spec = encoder.spec
     images = make_images()
@@ -210,12 +247,20 @@ def test_each_paper_encoder_loads_from_its_real_format(tmp_path, encoder_id):
     batch = torch.stack([encoder.resize(pil_to_uint8_tensor(im)[None])[0] for im in images])
     x = encoder.preprocess(batch)
     assert x.shape == (3, 3, spec.input_size, spec.input_size)
-    taps = encoder.forward_features(x, layers=NETWORK_TAPS)
-    assert list(taps) == list(NETWORK_TAPS)
+    assert spec.layer_taps == PAPER_TAPS and set(NETWORK_TAPS) < set(PAPER_TAPS)
+    taps = encoder.forward_features(x, layers=PAPER_TAPS)
+    assert list(taps) == list(PAPER_TAPS)
     np.testing.assert_allclose(taps["final"].numpy(), feats, rtol=1e-4, atol=1e-5)
     assert all(t.shape[0] == 3 and t.ndim == 2 for t in taps.values())
     early, final = taps["depth25"], taps["final"]
     assert early.shape != final.shape or not torch.allclose(early, final)
+    # depth100: the last block pooled like the other depth taps; 'final' differs only where it is a head
+    last = taps["depth100"]
+    assert spec.pooling == "gap" or last.shape == taps["depth75"].shape  # ResNet stages widen; tokens do not
+    if spec.pooling == "image_embed":
+        assert last.shape != final.shape or not torch.allclose(last, final)
+    else:
+        torch.testing.assert_close(last, final)
     assert len(encoder.weights_hash) == 64
 
 
@@ -290,3 +335,162 @@ def test_models_without_a_weight_file_hash_their_parameters_and_buffers():
     with torch.no_grad():
         model[1].running_mean += 1
     assert state_dict_hash(model) != first and len(first) == 64
+
+
+# ------------------------------------------------------------------------------ as released (issue 11)
+
+def test_panderm_reads_its_flat_release_and_returns_the_normed_cls(tmp_path, monkeypatch):
+    folder = make_weights(tmp_path, "specialist.panderm")
+    encoder = create_encoder("specialist.panderm", weights=folder)
+    model = encoder.model
+    assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)
+    saved = torch.load(folder / "panderm_ll_data6_checkpoint-499.pth", weights_only=True)
+    assert "model" not in saved and any(k.startswith("teacher.") for k in saved)
+    torch.testing.assert_close(model.norm.weight, saved["encoder.norm.weight"])
+    x = encoder.preprocess(torch.randint(0, 256, (2, 3, 224, 224), dtype=torch.uint8))
+    with torch.no_grad():
+        normed_cls = model.norm(_beit_tokens(model, x))[:, 0]
+    torch.testing.assert_close(encoder.forward_features(x)["final"], normed_cls)
+    # an older copy wraps the same state dict as {'model': ...}: read too, same features
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    torch.manual_seed(0)
+    write_panderm(legacy, wrap=True)
+    torch.testing.assert_close(create_encoder("specialist.panderm", weights=legacy).forward_features(x)["final"],
+                               normed_cls)
+
+
+def _beit_tokens(model, x):
+    """PanDerm's forward_features before its final norm: patch embed, CLS, position, blocks."""
+    x = model.patch_embed(x)
+    x = torch.cat([model.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + model.pos_embed
+    for block in model.blocks:
+        x = block(x, shared_rel_pos_bias=None)
+    return x
+
+
+def test_retfound_args_namespace_is_allowed_and_nothing_else(tmp_path):
+    folder = make_weights(tmp_path, "specialist.retfound")
+    loaded = load_state_dict(folder / "RETFound_cfp_weights.pth")
+    assert isinstance(loaded["args"], argparse.Namespace) and loaded["args"].mask_ratio == 0.75
+    create_encoder("specialist.retfound", weights=folder)
+    evil = tmp_path / "RETFound_cfp_weights.pth"
+    torch.save({"model": {}, "args": argparse.Namespace(), "extra": _NotATensor()}, evil)
+    with pytest.raises(MissingWeightsError) as err:
+        create_encoder("specialist.retfound", weights=evil)
+    message = str(err.value)
+    assert str(evil) in message and "_NotATensor" in message and "\n" not in message
+
+
+def test_openai_clip_is_quick_gelu_whatever_its_config_says(tmp_path):
+    from open_clip.transformer import QuickGELU
+    folder = make_weights(tmp_path, "general.clip")
+    acts = lambda enc: {type(b.mlp.gelu) for b in enc.model.transformer.resblocks}  # noqa: E731
+    assert acts(create_encoder("general.clip", weights=folder)) == {QuickGELU}
+    config = json.loads((folder / "open_clip_config.json").read_text())
+    del config["model_cfg"]["quick_gelu"]  # an older snapshot's config
+    (folder / "open_clip_config.json").write_text(json.dumps(config))
+    assert acts(create_encoder("general.clip", weights=folder)) == {QuickGELU}
+    # BiomedCLIP's timm trunk keeps nn.GELU, as trained
+    biomed = create_encoder("medical.biomedclip", weights=make_weights(tmp_path, "medical.biomedclip"))
+    assert {type(b.mlp.act) for b in biomed.model.trunk.blocks} == {torch.nn.GELU}
+
+
+@pytest.mark.parametrize("mode", ["crop", "pad"])
+def test_resize_modes_on_a_non_square_image(mode):
+    spec = dataclasses.replace(get_spec("general.vit_b16"), input_size=8, resize_mode=mode, pad_fill=(10, 20, 30),
+                               interpolation="bilinear")
+    image = torch.full((1, 3, 4, 8), 200, dtype=torch.uint8)  # wide: 4 rows, 8 columns
+    out = resize_to_input(spec, image)
+    assert out.shape == (1, 3, 8, 8) and out.dtype == torch.uint8
+    if mode == "crop":  # the short side fills the square: all image
+        assert (out == 200).all()
+    else:  # a centred band of image between padding of the fill colour
+        assert out[0, :, 4, 4].tolist() == [200, 200, 200]
+        assert out[0, :, 0, 4].tolist() == [10, 20, 30] and out[0, :, 7, 4].tolist() == [10, 20, 30]
+    assert spec.preprocessing["resize"] == {"crop": "short_side_then_center_crop",
+                                            "pad": "pad_to_square_then_resize"}[mode]
+
+
+def test_the_padding_releases_pad_with_their_own_fill():
+    modes = {i: (get_spec(i).resize_mode, get_spec(i).pad_fill) for i in PAPER_IDS if get_spec(i).resize_mode == "pad"}
+    assert modes == {"medical.medsiglip": ("pad", (0, 0, 0)), "medical.llava_med": ("pad", (122, 116, 104)),
+                     "specialist.chexzero": ("pad", (0, 0, 0))}
+    assert get_spec("general.dinov2").preprocessing == {  # unchanged for crop-mode, unpinned encoders
+        "input_size": 224, "mean": list(paper.IMAGENET_MEAN), "std": list(paper.IMAGENET_STD),
+        "interpolation": "bicubic", "resize": "short_side_then_center_crop"}
+
+
+def test_release_fields_follow_the_releases():
+    panderm = get_spec("specialist.panderm")
+    assert (panderm.pooling, panderm.interpolation, panderm.licence) == ("cls", "bilinear", "CC-BY-NC-ND-4.0")
+    assert get_spec("specialist.rad_dino").licence == "MIT"
+    biovil = get_spec("specialist.biovil")
+    assert biovil.hf_revision == "v1.1" and biovil.preprocessing["hf_revision"] == "v1.1"
+    assert biovil.weight_md5 == "02ce6ee460f72efd599295f440dbb453"
+    assert all(get_spec(i).n_params and get_spec(i).notes.startswith("Release:") for i in PAPER_IDS)
+
+
+def test_biovil_refuses_a_file_whose_md5_is_not_the_release(tmp_path):
+    folder = make_weights(tmp_path, "specialist.biovil")  # the real spec: the fixture is not the release
+    with pytest.raises(MissingWeightsError, match="02ce6ee460f72efd599295f440dbb453"):
+        create_encoder("specialist.biovil", weights=folder)
+
+
+def _populate_hf_cache(cache, repo, files_from, *, revision="main", commit="a" * 40):
+    """The layout huggingface_hub writes: models--org--name/{blobs,refs/<revision>,snapshots/<commit>/...}."""
+    root = cache / f"models--{repo.replace('/', '--')}"
+    (root / "refs").mkdir(parents=True)
+    (root / "refs" / revision).write_text(commit)
+    snapshot = root / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for path in files_from.iterdir():
+        (snapshot / path.name).write_bytes(path.read_bytes())
+    return snapshot
+
+
+def test_weights_resolve_from_a_populated_offline_hf_cache_at_the_pinned_revision(tmp_path, monkeypatch):
+    cache = tmp_path / "hf_cache"
+    source = make_weights(tmp_path, "general.resnet50")  # with the fc.* head of the real tv_in1k file
+    assert "fc.weight" in load_state_dict(source / "model.safetensors")
+    snapshot = _populate_hf_cache(cache, "timm/resnet50.tv_in1k", source)
+    point_hf_cache_at(monkeypatch, cache)
+    encoder = create_encoder("general.resnet50")
+    assert encoder.weights_path == snapshot
+    # BioViL is pinned to v1.1: a cache holding only main is not used, one holding v1.1 is
+    biovil = get_spec("specialist.biovil")
+    files = make_weights(tmp_path, "specialist.biovil")
+    _populate_hf_cache(cache, biovil.hf_repo, files, revision="main", commit="b" * 40)
+    with pytest.raises(MissingWeightsError, match="revision v1.1"):
+        resolve_weights(biovil)
+    (cache / "models--microsoft--BiomedVLP-CXR-BERT-specialized" / "refs" / "v1.1").write_text("b" * 40)
+    assert resolve_weights(biovil).name == "b" * 40
+
+
+def test_the_weights_hash_covers_only_the_files_read(tmp_path, monkeypatch):
+    folder = make_weights(tmp_path, "specialist.rad_dino")
+    first = create_encoder("specialist.rad_dino", weights=folder).weights_hash
+    (folder / "README.md").write_text("a model card edit")
+    (folder / "dino_head.safetensors").write_bytes(b"not read")
+    assert create_encoder("specialist.rad_dino", weights=folder).weights_hash == first
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
+    assert create_encoder("specialist.rad_dino", weights=folder).weights_hash != first
+    # MedGemma: the tower tensors and config.json, not the language-model shard
+    gemma = make_weights(tmp_path, "medical.medgemma")
+    before = create_encoder("medical.medgemma", weights=gemma).weights_hash
+    language_model = {"language_model.model.embed_tokens.weight": torch.ones(4, 8)}
+    save_file(language_model, gemma / "model-00001-of-00002.safetensors")
+    assert create_encoder("medical.medgemma", weights=gemma).weights_hash == before
+
+
+def test_hf_taps_are_pooled_as_they_go_and_match_the_hidden_states(tmp_path):
+    encoder = create_encoder("medical.medsiglip", weights=make_weights(tmp_path, "medical.medsiglip"))
+    x = encoder.preprocess(torch.randint(0, 256, (2, 3, 448, 448), dtype=torch.uint8))
+    taps = encoder.forward_features(x, layers=PAPER_TAPS)
+    with torch.no_grad():
+        out = encoder.model(pixel_values=x, output_hidden_states=True)
+    norm = encoder._final_norm()
+    for name, block in registry.depth_block_indices(4, ["depth25", "depth50", "depth75", "depth100"]).items():
+        torch.testing.assert_close(taps[name], norm(out.hidden_states[block + 1]).mean(dim=1))
+    torch.testing.assert_close(taps["final"], out.pooler_output)

@@ -2,10 +2,14 @@
 
 General (6): ResNet-50, ViT-B/16, CLIP, SigLIP, DINOv2, MAE. Medical (4): BiomedCLIP, LLaVA-Med (vision
 tower), MedSigLIP, MedGemma (vision tower). Specialist (5): PanDerm, RETFound, RAD-DINO, BioViL,
-CheXzero. The paper names the models, not the checkpoints; each spec's ``hf_repo`` / ``weight_files``
-names the public checkpoint we load and ``notes`` says why. Preprocessing follows each release's own
-processor; pooling choices where the paper is silent are marked [ours]. BioViL and CheXzero are
-excluded from APTOS 2019, as in the paper.
+CheXzero. The paper names the models, not the checkpoints; each spec's ``hf_repo`` / ``hf_revision`` /
+``weight_files`` names the public checkpoint we load, and ``notes`` says what the release does and,
+marked [ours], where we differ and why. Input size, mean/std, interpolation and the resize mode (crop,
+or pad to a square where the release pads) follow each release's own processor; the crop fraction
+(1.0) and pooling choices where the paper is silent are [ours]. ``n_params`` is the parameter count of
+the image network as built from the real checkpoint (``crsrepro check-weights`` compares against it).
+The book's chapter "Encoders as released" (``book/encoders_as_released.md``) tabulates all of this.
+BioViL and CheXzero are excluded from APTOS 2019, as in the paper.
 
 :data:`PAPER_ENCODERS` is a list of ``(EncoderSpec, builder)`` pairs; :mod:`crsrepro.encoders`
 registers it.
@@ -15,17 +19,18 @@ from __future__ import annotations
 
 import importlib
 
-from crsrepro.encoders.registry import HALF, IMAGENET_MEAN, IMAGENET_STD, NETWORK_TAPS, EncoderSpec
+from crsrepro.encoders.registry import HALF, IMAGENET_MEAN, IMAGENET_STD, PAPER_TAPS, EncoderSpec
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 TIMM_FILES = ("model.safetensors", "pytorch_model.bin")
 OPEN_CLIP_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 HF_FILES = ("model.safetensors", "pytorch_model.bin")
+LLAVA_PAD = tuple(int(v * 255) for v in OPENAI_CLIP_MEAN)  # LLaVA's expand2square background: (122, 116, 104)
 
 
 def _spec(**fields) -> EncoderSpec:
-    return EncoderSpec(layer_taps=NETWORK_TAPS, **fields)
+    return EncoderSpec(layer_taps=PAPER_TAPS, **fields)
 
 
 def _lazy(module: str, name: str):
@@ -40,6 +45,7 @@ def _lazy(module: str, name: str):
 
 build_timm = _lazy("timm_family", "build_timm")
 build_open_clip = _lazy("open_clip_family", "build_open_clip")
+build_openai_clip = _lazy("open_clip_family", "build_openai_clip")
 build_transformers = _lazy("transformers_family", "build_transformers")
 build_medgemma, build_panderm, build_retfound, build_biovil, build_chexzero = (
     _lazy("local", name) for name in ("build_medgemma", "build_panderm", "build_retfound", "build_biovil",
@@ -50,102 +56,144 @@ PAPER_ENCODERS = [
     # ---------------------------------------------------------------- general (6)
     (_spec(id="general.resnet50", family="general", loader="timm", architecture="resnet50",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bilinear", pooling="gap",
-           embed_dim=2048, licence="BSD-3-Clause", hf_repo="timm/resnet50.tv_in1k", weight_files=TIMM_FILES,
-           notes="The original torchvision ImageNet-1k weights (timm tag tv_in1k), the classic ResNet-50. "
-                 "Taps are the outputs of the four stages."), build_timm),
+           embed_dim=2048, n_params=23_508_032, licence="BSD-3-Clause", hf_repo="timm/resnet50.tv_in1k",
+           weight_files=TIMM_FILES,
+           notes="Release: the original torchvision ImageNet-1k weights (timm tag tv_in1k), resize 256 "
+                 "bilinear, crop 224; its file carries the fc.* classifier, which we drop. The embedding is "
+                 "the global-average-pooled layer4, as its classifier uses. Taps are the four stages. "
+                 "[ours] crop fraction 1.0."), build_timm),
     (_spec(id="general.vit_b16", family="general", loader="timm", architecture="vit_base_patch16_224",
            input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="cls", embed_dim=768,
-           licence="Apache-2.0", hf_repo="timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
+           n_params=85_798_656, licence="Apache-2.0", hf_repo="timm/vit_base_patch16_224.augreg2_in21k_ft_in1k",
            weight_files=TIMM_FILES,
-           notes="timm's default ViT-B/16 (ImageNet-21k, fine-tuned on 1k); [ours] the CLS token after the "
-                 "final norm, as its classifier uses."), build_timm),
+           notes="Release: timm's default ViT-B/16 (ImageNet-21k, fine-tuned on 1k), crop_pct 0.9 bicubic; its "
+                 "file carries head.*, which we drop. The CLS token after the final norm, as its classifier "
+                 "uses. [ours] crop fraction 1.0."), build_timm),
     (_spec(id="general.clip", family="general", loader="open_clip", architecture="ViT-B-16",
            input_size=224, mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, interpolation="bicubic",
-           pooling="image_embed", intermediate_pooling="cls", embed_dim=512, licence="MIT",
-           hf_repo="timm/vit_base_patch16_clip_224.openai", weight_files=OPEN_CLIP_FILES,
-           notes="OpenAI CLIP ViT-B/16 in open_clip's hub layout; [ours] the projected image embedding "
-                 "(the zero-shot space); intermediate taps use the CLS token after ln_post."), build_open_clip),
+           pooling="image_embed", intermediate_pooling="cls", embed_dim=512, n_params=86_192_640,
+           licence="MIT (OpenAI); HF card apache-2.0", hf_repo="timm/vit_base_patch16_clip_224.openai",
+           weight_files=OPEN_CLIP_FILES,
+           notes="Release: OpenAI CLIP ViT-B/16 in open_clip's hub layout, trained with QuickGELU (built so "
+                 "whatever the config says); resize 224 bicubic, crop 224. 'final' is the projected image "
+                 "embedding (encode_image, the zero-shot space); the depth taps, depth100 included, are the "
+                 "CLS token after ln_post. [ours] crop fraction 1.0."), build_openai_clip),
     (_spec(id="general.siglip", family="general", loader="transformers", architecture="SiglipVisionModel",
            input_size=224, mean=HALF, std=HALF, interpolation="bicubic", pooling="image_embed",
-           intermediate_pooling="mean_patch", embed_dim=768, licence="Apache-2.0",
+           intermediate_pooling="mean_patch", embed_dim=768, n_params=92_884_224, licence="Apache-2.0",
            hf_repo="google/siglip-base-patch16-224", weight_files=HF_FILES,
-           notes="SigLIP ViT-B/16 at 224; [ours] the attention-pool head output (SigLIP has no CLS token); "
-                 "intermediate taps are the mean of the normed patch tokens."), build_transformers),
+           notes="Release: SigLIP ViT-B/16; its processor squashes the image to 224x224 (no crop). 'final' is "
+                 "the attention-pool head output (pooler_output; SigLIP has no CLS token); the depth taps, "
+                 "depth100 included, are the mean of the post-layernorm patch tokens. [ours] a crop of the "
+                 "short side instead of the squash, so that the aspect ratio is kept."), build_transformers),
     (_spec(id="general.dinov2", family="general", loader="transformers", architecture="Dinov2Model",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic", pooling="cls",
-           embed_dim=768, licence="Apache-2.0", hf_repo="facebook/dinov2-base", weight_files=HF_FILES,
-           notes="DINOv2 ViT-B/14 at its processor's 224 crop; [ours] the normed CLS token "
-                 "(DINOv2's linear probe also concatenates the patch mean; we keep one vector)."),
-     build_transformers),
+           embed_dim=768, n_params=86_580_480, licence="Apache-2.0", hf_repo="facebook/dinov2-base",
+           weight_files=HF_FILES,
+           notes="Release: DINOv2 ViT-B/14; its processor resizes to 256 bicubic and crops 224. The normed CLS "
+                 "token (pooler_output). [ours] one vector: DINOv2's own linear probe also concatenates the "
+                 "patch mean; crop fraction 1.0."), build_transformers),
     (_spec(id="general.mae", family="general", loader="timm", architecture="vit_base_patch16_224",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic",
-           pooling="mean_patch", embed_dim=768, licence="CC-BY-NC-4.0", hf_repo="timm/vit_base_patch16_224.mae",
-           weight_files=TIMM_FILES,
-           notes="MAE-pretrained ViT-B/16 (no fine-tuning); [ours] the mean of the normed patch tokens, "
-                 "since MAE's CLS token is not trained by its objective."), build_timm),
+           pooling="mean_patch", embed_dim=768, n_params=85_798_656, licence="CC-BY-NC-4.0",
+           hf_repo="timm/vit_base_patch16_224.mae", weight_files=TIMM_FILES,
+           notes="Release: MAE-pretrained ViT-B/16 (no fine-tuning). MAE's own linear probe "
+                 "(main_linprobe.py, global_pool=False) uses the CLS token. [ours] the mean of the normed "
+                 "patch tokens instead, the pooling MAE fine-tunes with, and the same as RETFound's here; "
+                 "crop fraction 1.0."), build_timm),
     # ---------------------------------------------------------------- medical (4)
     (_spec(id="medical.biomedclip", family="medical", loader="open_clip",
            architecture="ViT-B-16 (timm trunk), PubMedBERT_256", input_size=224, mean=OPENAI_CLIP_MEAN,
            std=OPENAI_CLIP_STD, interpolation="bicubic", pooling="image_embed", intermediate_pooling="cls",
-           embed_dim=512, licence="MIT", hf_repo="microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224",
-           weight_files=OPEN_CLIP_FILES,
-           notes="Only the image tower is built, so the PubMedBERT text config is never fetched; [ours] the "
-                 "projected image embedding."), build_open_clip),
+           embed_dim=512, n_params=86_191_872, licence="MIT",
+           hf_repo="microsoft/BiomedCLIP-PubMedBERT_256-vit_base_patch16_224", weight_files=OPEN_CLIP_FILES,
+           notes="Release: open_clip config with a timm vit_base_patch16_224 trunk (nn.GELU, as timm trains "
+                 "it) and a linear projection; OpenAI mean/std, bicubic, crop 224. Only the image tower is "
+                 "built, so the PubMedBERT text config is never fetched. 'final' is encode_image's projected "
+                 "embedding; the depth taps, depth100 included, are the CLS token after the trunk's norm. "
+                 "[ours] crop fraction 1.0."), build_open_clip),
     (_spec(id="medical.llava_med", family="medical", loader="transformers", architecture="CLIPVisionModel",
            input_size=336, mean=OPENAI_CLIP_MEAN, std=OPENAI_CLIP_STD, interpolation="bicubic",
-           pooling="mean_patch", embed_dim=1024, feature_layer=-2,
-           licence="MIT (CLIP weights); LLaVA-Med is research-only",
+           resize_mode="pad", pad_fill=LLAVA_PAD, pooling="mean_patch", embed_dim=1024, feature_layer=-2,
+           n_params=303_507_456, licence="MIT (CLIP weights); LLaVA-Med is research-only",
            hf_repo="openai/clip-vit-large-patch14-336", weight_files=HF_FILES,
-           notes="LLaVA-Med v1.5 (microsoft/llava-med-v1.5-mistral-7b) keeps its vision tower frozen: its "
-                 "config names openai/clip-vit-large-patch14-336 and the release holds no tower weights, so the "
-                 "tower is exactly that CLIP ViT-L/14-336. Like LLaVA (mm_vision_select_layer=-2, patch "
-                 "features), 'final' is the penultimate block's patch tokens; [ours] their mean."),
-     build_transformers),
+           notes="Release: LLaVA-Med v1.5 (microsoft/llava-med-v1.5-mistral-7b) keeps its vision tower "
+                 "frozen and loads it from mm_vision_tower = openai/clip-vit-large-patch14-336, so the tower "
+                 "is exactly that CLIP ViT-L/14-336. Like LLaVA (image_aspect_ratio=pad: the image is padded "
+                 "to a square with the mean colour, then resized to 336; mm_vision_select_layer=-2, patch "
+                 "features), 'final' is the penultimate block's patch tokens, raw. [ours] their mean (LLaVA "
+                 "feeds all 576 tokens to its projector)."), build_transformers),
     (_spec(id="medical.medsiglip", family="medical", loader="transformers", architecture="SiglipVisionModel",
-           input_size=448, mean=HALF, std=HALF, interpolation="bicubic", pooling="image_embed",
-           intermediate_pooling="mean_patch", embed_dim=1152,
+           input_size=448, mean=HALF, std=HALF, interpolation="bicubic", resize_mode="pad", pad_fill=(0, 0, 0),
+           pooling="image_embed", intermediate_pooling="mean_patch", embed_dim=1152, n_params=428_565_440,
            licence="Health AI Developer Foundations terms of use", hf_repo="google/medsiglip-448",
            weight_files=HF_FILES,
-           notes="MedSigLIP-448 (SigLIP So400m); the vision model is read from the two-tower checkpoint; "
-                 "[ours] the attention-pool head output."), build_transformers),
+           notes="Release: MedSigLIP-448 (SigLIP So400m); its serving code zero-pads the image to a square, "
+                 "then resizes to 448 (bicubic), and returns image_embeds, the attention-pool head output "
+                 "(L2-normalised there). The vision model is read from the two-tower checkpoint. 'final' is "
+                 "the head output, not L2-normalised [ours: the probes standardise features]; the depth taps, "
+                 "depth100 included, are the mean of the post-layernorm patch tokens."), build_transformers),
     (_spec(id="medical.medgemma", family="medical", loader="local", architecture="gemma3-siglip-vision-tower",
            input_size=896, mean=HALF, std=HALF, interpolation="bilinear", pooling="mean_patch",
-           embed_dim=1152, licence="Health AI Developer Foundations terms of use",
+           embed_dim=1152, n_params=416_866_032, licence="Health AI Developer Foundations terms of use",
            hf_repo="google/medgemma-4b-it", weight_files=("model.safetensors.index.json", "model.safetensors"),
-           notes="MedGemma 4B's SigLIP tower (vision_use_head=False), read from the Gemma3 checkpoint's "
-                 "vision_tower.vision_model.* tensors without loading the language model; [ours] the mean of "
-                 "the normed patch tokens (Gemma3 itself average-pools them to 256 tokens)."), build_medgemma),
+           notes="Release: MedGemma 4B's SigLIP tower (vision_use_head=False) at 896 (Gemma3's processor "
+                 "squashes to 896x896, bilinear), read from the Gemma3 checkpoint's vision_tower.vision_model.* "
+                 "tensors without loading the language model. Gemma3 average-pools the post-layernorm tokens "
+                 "to 256 and projects them; the mean of those 256 equals the mean of all patch tokens, which "
+                 "is 'final' [ours: one vector, before the projector]. [ours] a crop of the short side instead "
+                 "of the squash."), build_medgemma),
     # ---------------------------------------------------------------- specialist (5)
     (_spec(id="specialist.panderm", family="specialist", loader="local", architecture="beit_large_patch16_224",
-           input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic",
-           pooling="mean_patch", embed_dim=1024, licence="research use (see the PanDerm release)",
+           input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bilinear", pooling="cls",
+           embed_dim=1024, n_params=303_326_208, licence="CC-BY-NC-ND-4.0",
            weight_files=("panderm_ll_data6_checkpoint-499.pth",),
-           notes="PanDerm ViT-L/16 (CAE pretraining, dermatology); its linear-probe code strips 'encoder.' "
-                 "and uses mean pooling; the key layout was checked against that code, not the released file "
-                 "(no weights here)."), build_panderm),
+           notes="Release: PanDerm ViT-L/16 (CAE pretraining on dermatology images), a flat state dict with "
+                 "encoder.* keys (plus teacher.* and decoder.*, not read); older copies wrap it as "
+                 "{'model': ...}. Its linear-probe model PanDerm_Large_LP returns norm(x)[:, 0], the normed "
+                 "CLS token, which is 'final' here; its transform is Resize(256) (bilinear) and CenterCrop(224) "
+                 "with ImageNet mean/std (its std[0] 0.228 is a typo for 0.229). [ours] crop fraction 1.0."),
+     build_panderm),
     (_spec(id="specialist.retfound", family="specialist", loader="local", architecture="vit_large_patch16_224",
            input_size=224, mean=IMAGENET_MEAN, std=IMAGENET_STD, interpolation="bicubic",
-           pooling="mean_patch", embed_dim=1024, licence="CC-BY-NC-4.0", hf_repo="YukunZhou/RETFound_mae_natureCFP",
+           pooling="mean_patch", embed_dim=1024, n_params=303_301_632, licence="CC-BY-NC-4.0",
+           hf_repo="YukunZhou/RETFound_mae_natureCFP",
            weight_files=("RETFound_cfp_weights.pth", "RETFound_mae_natureCFP.pth"),
-           notes="RETFound-MAE for colour fundus photographs; RETFound fine-tunes with global pooling, so "
-                 "[ours] the mean of the normed patch tokens."), build_retfound),
+           notes="Release: RETFound-MAE for colour fundus photographs, {'model': MAE encoder + decoder, "
+                 "'args': Namespace, ...} (the decoder is dropped, args allowed and not read); resize 256 "
+                 "bicubic, crop 224. Its official latent feature (global_pool=True) is the mean of the "
+                 "pre-norm patch tokens followed by a freshly initialised LayerNorm (fc_norm), dropping the "
+                 "trained norm. [ours] the mean of the patch tokens after the trained norm, as for MAE, so "
+                 "no untrained layer enters; crop fraction 1.0."), build_retfound),
     (_spec(id="specialist.rad_dino", family="specialist", loader="transformers", architecture="Dinov2Model",
            input_size=518, mean=(0.5307, 0.5307, 0.5307), std=(0.2583, 0.2583, 0.2583),
-           interpolation="bicubic", pooling="cls", embed_dim=768, licence="MSRLA",
+           interpolation="bicubic", pooling="cls", embed_dim=768, n_params=86_580_480, licence="MIT",
            hf_repo="microsoft/rad-dino", weight_files=HF_FILES,
-           notes="RAD-DINO (DINOv2 ViT-B/14 on chest X-rays) at its processor's 518 crop and its own "
-                 "mean/std; the CLS token, as its model card uses."), build_transformers),
+           notes="Release: RAD-DINO (DINOv2 ViT-B/14 on chest X-rays), licence MIT since the repository's "
+                 "'Use MIT license (#9)' (older revisions: MSRLA); its processor resizes to 518 bicubic and "
+                 "crops 518 with its own mean/std; the CLS token, as its model card uses. Only config.json "
+                 "and model.safetensors are read (the repository also holds backbone_compatible.safetensors, "
+                 "dino_head.safetensors and a csv)."), build_transformers),
     (_spec(id="specialist.biovil", family="specialist", loader="local", architecture="resnet50",
            input_size=480, mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0), interpolation="bilinear",
-           pooling="gap", embed_dim=2048, licence="MIT", excluded_datasets=("aptos2019",),
-           hf_repo="microsoft/BiomedVLP-CXR-BERT-specialized",
-           weight_files=("biovil_image_resnet50_proj_size_128.pt",),
-           notes="BioViL's ResNet-50 from hi-ml (inference: 480 crop, no normalisation); [ours] the 2048-d "
-                 "pooled output, not the 128-d projection trained for text matching."), build_biovil),
+           pooling="gap", embed_dim=2048, n_params=23_508_032, licence="MIT", excluded_datasets=("aptos2019",),
+           hf_repo="microsoft/BiomedVLP-CXR-BERT-specialized", hf_revision="v1.1",
+           weight_files=("biovil_image_resnet50_proj_size_128.pt",), weight_md5="02ce6ee460f72efd599295f440dbb453",
+           notes="Release: BioViL's ResNet-50 from hi-ml, which downloads it from revision v1.1 and checks its "
+                 "MD5 (both pinned here); a flat ImageModel state dict, encoder.encoder.* (torchvision "
+                 "ResNet-50 with fc.*, dropped) plus projector.*; inference resizes to 512 and crops 480, no "
+                 "normalisation. 'final' is img_embedding, the 2048-d pooled output; the 128-d projection is "
+                 "trained for text matching and not used. [ours] crop fraction 1.0."), build_biovil),
     (_spec(id="specialist.chexzero", family="specialist", loader="local", architecture="openai-clip-ViT-B-32",
            input_size=224, mean=(101.48761 / 255,) * 3, std=(83.43944 / 255,) * 3, interpolation="bicubic",
-           pooling="image_embed", intermediate_pooling="cls", embed_dim=512, licence="MIT",
+           resize_mode="pad", pad_fill=(0, 0, 0), pooling="image_embed", intermediate_pooling="cls",
+           embed_dim=512, n_params=87_849_216,
+           licence="code MIT; weights unlicensed, trained on MIMIC-CXR (PhysioNet DUA)",
            excluded_datasets=("aptos2019",), weight_files=("best_64_5e-05_original_22000_0.864.pt",),
-           notes="CheXzero's best released checkpoint (OpenAI CLIP ViT-B/32 fine-tuned on MIMIC-CXR reports) "
-                 "with its own normalisation; [ours] the projected image embedding."), build_chexzero),
+           notes="Release: CheXzero's best checkpoint (OpenAI CLIP ViT-B/32, QuickGELU, fine-tuned on "
+                 "MIMIC-CXR reports), a state dict of the OpenAI CLIP model; its data step letterboxes each "
+                 "image onto a black 320x320 square, then resizes to 224 bicubic, with its own mean/std. "
+                 "'final' is encode_image's projected embedding; the depth taps, depth100 included, are the "
+                 "CLS token after ln_post. [ours] the pad goes straight to 224, without the 320-pixel "
+                 "intermediate image."), build_chexzero),
 ]

@@ -10,28 +10,37 @@ and the layer taps. The analyses read ``spec.family``, never the id.
 An :class:`Encoder` (subclassed once per loader family, and by the demo panel) offers
 
 - ``preprocess(batch_uint8)``: ``uint8 [B, 3, H, W] -> float [B, 3, S, S]`` on ``encoder.device``:
-  :meth:`Encoder.resize` (short side to ``S = spec.input_size`` with ``spec.interpolation`` and
-  antialiasing, then a centre crop) and the spec's mean/std normalisation. This is the batched tensor path
-  that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early (in a data-loader
-  worker), after which ``preprocess`` only normalises.
+  :meth:`Encoder.resize` (:func:`resize_to_input`: ``spec.resize_mode`` ``crop``, the short side to
+  ``S = spec.input_size`` then a centre crop, or ``pad``, padded to a square with ``spec.pad_fill`` then
+  resized to ``S``; ``spec.interpolation``, antialiased) and the spec's mean/std normalisation. This is
+  the batched tensor path that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early
+  (in a data-loader worker), after which ``preprocess`` only normalises.
 - ``forward_features(x, *, layers=("final",))``: ``{layer: float [B, D]}`` for layer names among
   ``spec.layer_taps``, all from ONE forward pass, each pooled as the spec says. Subclasses implement
   :meth:`Encoder._forward_layers`; the base class validates the names and runs it without gradients.
 - ``encode_images(images)``: a list of PIL images to an ``(N, D)`` float32 array at ``"final"``; the
   two methods above, in batches.
-- ``weights_hash``: a SHA-256 of what the weights are (the weight files, or the parameters of a
-  model built without a file), part of every feature-cache key.
+- ``weights_hash``: a SHA-256 of what the weights are, part of every feature-cache key: the files the
+  builder actually read (``weights_files``: the weight file and the config that shaped the network),
+  never the other files of a snapshot folder (a README edit or a language-model shard does not change
+  it); for MedGemma the tower tensors themselves (``hash_parameters``), since its shards are mostly
+  language model; for a model built without a file, its parameters and buffers.
 
 Layer taps are named ``"depth25"``, ``"depth50"``, ``"depth75"`` and ``"final"`` for networks (the blocks
 at 25/50/75/100 % of the depth, :func:`depth_block_indices`; DESIGN.md section 11) and ``("final",)``
-for extractors that are not networks.
+for extractors that are not networks. The paper's networks also offer ``"depth100"``
+(:data:`PAPER_TAPS`): the last block's tokens pooled like the other depth taps
+(``spec.intermediate_pooling``). Where ``final`` is a head or a projection (CLIP, BiomedCLIP, CheXzero,
+SigLIP, MedSigLIP) ``depth100`` differs from it, so a depth curve ``depth25 .. depth100`` compares like
+with like; elsewhere ``depth100`` equals ``final``.
 
 Weights
 -------
 :func:`resolve_weights` looks, in order, at an explicit ``weights=`` path, at
 ``$CRSREPRO_WEIGHTS/<encoder id>/``, and at the offline Hugging Face cache (``local_files_only``) for
-``spec.hf_repo``. Nothing is ever downloaded. Checkpoints are read safely (:func:`load_state_dict`:
-safetensors, or ``torch.load(weights_only=True)``).
+``spec.hf_repo`` at ``spec.hf_revision``. Nothing is ever downloaded. Checkpoints are read safely
+(:func:`load_state_dict`: safetensors, or ``torch.load(weights_only=True)`` with exactly one extra class
+allowed, ``argparse.Namespace``, which MAE-style checkpoints carry as ``args``).
 
 The registry is filled in one place, :mod:`crsrepro.encoders`, never as a side effect of an import
 (STYLE.md).
@@ -39,11 +48,13 @@ The registry is filled in one place, :mod:`crsrepro.encoders`, never as a side e
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import hashlib
 import json
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -61,11 +72,14 @@ FAMILIES = ("general", "medical", "specialist")
 LOADERS = ("timm", "open_clip", "transformers", "local", "demo")
 INTERPOLATIONS = ("bicubic", "bilinear")
 POOLINGS = ("cls", "mean_patch", "image_embed", "gap")
+RESIZE_MODES = ("crop", "pad")
 NETWORK_TAPS = ("depth25", "depth50", "depth75", "final")
+PAPER_TAPS = ("depth25", "depth50", "depth75", "depth100", "final")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
-_TAP_DEPTH = {"depth25": 0.25, "depth50": 0.50, "depth75": 0.75, "final": 1.0}
+_TAP_DEPTH = {"depth25": 0.25, "depth50": 0.50, "depth75": 0.75, "depth100": 1.0, "final": 1.0}
+SAFE_CHECKPOINT_GLOBALS = (argparse.Namespace,)  # the ``args`` entry of MAE-style checkpoints
 
 
 @dataclass(frozen=True)
@@ -90,6 +104,12 @@ class EncoderSpec:
         Per-channel normalisation applied to images scaled to [0, 1].
     interpolation : str
         ``bicubic`` or ``bilinear``, used (with antialiasing) to resize to ``input_size``.
+    resize_mode : str
+        ``crop`` (default): the short side to ``input_size``, then a centre crop; ``pad``: the image is
+        first padded to a centred square with ``pad_fill``, then resized to ``input_size`` (MedSigLIP,
+        LLaVA and CheXzero do this).
+    pad_fill : tuple of 3 ints
+        The ``uint8`` colour of the padding in ``pad`` mode (zeros: black).
     pooling : str
         The embedding: ``cls`` (class token), ``mean_patch`` (mean of the patch tokens),
         ``image_embed`` (the model's projected image embedding) or ``gap`` (global average pooling of
@@ -97,15 +117,25 @@ class EncoderSpec:
     embed_dim : int
         Dimension of the ``final`` embedding of the real checkpoint.
     layer_taps : tuple of str
-        The layer names ``forward_features`` accepts; :data:`NETWORK_TAPS` for networks.
+        The layer names ``forward_features`` accepts; :data:`NETWORK_TAPS` for networks,
+        :data:`PAPER_TAPS` (with ``depth100``) for the paper's.
     licence : str
         The licence of the weights, as released.
     excluded_datasets : tuple of str
         Datasets the paper does not evaluate this encoder on (BioViL and CheXzero on APTOS).
     hf_repo : str or None
         The Hugging Face repository whose offline cache holds the weights, if any.
+    hf_revision : str or None
+        The revision (tag, branch or commit) of ``hf_repo`` to read from the cache; ``None`` means the
+        cache's ``main``. Part of :attr:`preprocessing` (and so of the feature-cache key) when set.
     weight_files : tuple of str
         File names expected in the weights folder (any one of them suffices); named in errors.
+    weight_md5 : str or None
+        The MD5 of the weight file where the release documents one (BioViL); a file that differs is
+        refused.
+    n_params : int or None
+        The parameter count of the network as we build it from the real checkpoint (the image tower,
+        without a classifier head); ``crsrepro check-weights`` compares a local file against it.
     intermediate_pooling : str or None
         Pooling of the intermediate taps when ``pooling`` is ``image_embed`` (which exists only at the
         end of the network); ``None`` means the same as ``pooling``.
@@ -129,7 +159,12 @@ class EncoderSpec:
     licence: str
     excluded_datasets: tuple[str, ...] = ()
     hf_repo: str | None = None
+    hf_revision: str | None = None
     weight_files: tuple[str, ...] = ()
+    weight_md5: str | None = None
+    n_params: int | None = None
+    resize_mode: str = "crop"
+    pad_fill: tuple[int, int, int] = (0, 0, 0)
     intermediate_pooling: str | None = None
     feature_layer: int = -1
     notes: str = ""
@@ -144,6 +179,10 @@ class EncoderSpec:
             problems.append(f"family must be one of {FAMILIES}")
         if self.interpolation not in INTERPOLATIONS:
             problems.append(f"interpolation must be one of {INTERPOLATIONS}")
+        if self.resize_mode not in RESIZE_MODES:
+            problems.append(f"resize_mode must be one of {RESIZE_MODES}")
+        if len(self.pad_fill) != 3 or not all(0 <= int(v) <= 255 for v in self.pad_fill):
+            problems.append("pad_fill must be 3 integers in 0..255")
         if self.pooling not in POOLINGS or (self.intermediate_pooling or "cls") not in POOLINGS:
             problems.append(f"pooling must be one of {POOLINGS}")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
@@ -157,9 +196,20 @@ class EncoderSpec:
 
     @property
     def preprocessing(self) -> dict:
-        """The fields that decide the network input (part of the feature-cache key)."""
-        return {"input_size": self.input_size, "mean": list(self.mean), "std": list(self.std),
-                "interpolation": self.interpolation, "resize": "short_side_then_center_crop"}
+        """The fields that decide the network input, and the pinned revision (part of the feature-cache key).
+
+        ``pad_fill`` and ``hf_revision`` appear only when they apply, so the keys of crop-mode,
+        unpinned encoders are those of earlier versions.
+        """
+        fields = {"input_size": self.input_size, "mean": list(self.mean), "std": list(self.std),
+                  "interpolation": self.interpolation}
+        if self.resize_mode == "crop":
+            fields["resize"] = "short_side_then_center_crop"
+        else:
+            fields.update(resize="pad_to_square_then_resize", pad_fill=[int(v) for v in self.pad_fill])
+        if self.hf_revision is not None:
+            fields["hf_revision"] = self.hf_revision
+        return fields
 
     def pooling_at(self, layer: str) -> str:
         """The pooling used at ``layer``: ``pooling`` at ``final``, else ``intermediate_pooling``."""
@@ -173,8 +223,8 @@ def depth_block_indices(n_blocks: int, layers: Sequence[str]) -> dict[str, int]:
 
     >>> depth_block_indices(12, ["depth25", "depth50", "depth75", "final"])
     {'depth25': 2, 'depth50': 5, 'depth75': 8, 'final': 11}
-    >>> depth_block_indices(4, ["depth25", "final"])
-    {'depth25': 0, 'final': 3}
+    >>> depth_block_indices(4, ["depth25", "depth100", "final"])
+    {'depth25': 0, 'depth100': 3, 'final': 3}
     """
     if n_blocks < 1:
         raise ValueError(f"n_blocks must be positive, got {n_blocks}")
@@ -222,7 +272,8 @@ def resolve_weights(spec: EncoderSpec, weights: str | os.PathLike | None = None)
     """The file or folder that holds ``spec``'s weights; never downloads.
 
     Looks at ``weights`` (overrides all), then ``$CRSREPRO_WEIGHTS/<spec.id>/``, then the offline
-    Hugging Face cache for ``spec.hf_repo`` (``local_files_only=True``).
+    Hugging Face cache for ``spec.hf_repo`` at ``spec.hf_revision`` (``local_files_only=True``; the
+    cache's ``models--org--name/snapshots/<commit>/`` folder that the revision's ref points to).
 
     Raises
     ------
@@ -247,10 +298,11 @@ def resolve_weights(spec: EncoderSpec, weights: str | os.PathLike | None = None)
     if spec.hf_repo:
         from huggingface_hub import snapshot_download
         from huggingface_hub.errors import LocalEntryNotFoundError
+        revision = spec.hf_revision or "main"
         try:
-            return Path(snapshot_download(spec.hf_repo, local_files_only=True))
+            return Path(snapshot_download(spec.hf_repo, revision=revision, local_files_only=True))
         except LocalEntryNotFoundError:
-            looked.append(f"the offline Hugging Face cache for {spec.hf_repo}")
+            looked.append(f"the offline Hugging Face cache for {spec.hf_repo} (revision {revision})")
     raise MissingWeightsError(f"{spec.id}: no weights found; looked in {'; '.join(looked)}; "
                               f"expected {expected}")
 
@@ -289,16 +341,45 @@ def load_state_dict(path: str | os.PathLike) -> dict:
     """Read a checkpoint safely: safetensors, or ``torch.load(weights_only=True)`` (no arbitrary pickle).
 
     Released ``.pth`` files often wrap the state dict (``{'model': ...}``, ``{'state_dict': ...}``);
-    the wrapper is returned as is, and the family loader picks its key.
+    the wrapper is returned as is, and the family loader picks its key. MAE-style checkpoints (RETFound)
+    also carry their training arguments as an ``argparse.Namespace`` under ``args``: that one class is
+    allowed (:data:`SAFE_CHECKPOINT_GLOBALS`, through ``torch.serialization.safe_globals``), every other
+    Python object is refused.
+
+    Raises
+    ------
+    MissingWeightsError
+        The file asks for another Python object (named in the message), or is not a checkpoint.
     """
     path = Path(path)
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
         return load_file(str(path))
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with torch.serialization.safe_globals(list(SAFE_CHECKPOINT_GLOBALS)):
+            return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # an unpicklable object or a corrupt file: refuse, say which
-        raise MissingWeightsError(f"{path}: not a readable weights-only checkpoint ({err})") from err
+        asked = re.search(r"GLOBAL (\S+)", str(err))
+        reason = (f"it asks for the Python object {asked.group(1)}; only tensors, containers and "
+                  f"argparse.Namespace are allowed" if asked else str(err).splitlines()[0])
+        raise MissingWeightsError(f"{path}: not a readable weights-only checkpoint: {reason} (re-save its "
+                                  f"state dict with torch.save or as .safetensors)") from err
+
+
+def md5_of(path: Path) -> str:
+    """The MD5 of a file (as releases such as hi-ml's BioViL document theirs)."""
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def check_md5(spec: EncoderSpec, path: Path) -> None:
+    """Refuse ``path`` if ``spec.weight_md5`` is set and the file's MD5 differs."""
+    if spec.weight_md5 is not None and md5_of(path) != spec.weight_md5:
+        raise MissingWeightsError(f"{spec.id}: {path} has MD5 {md5_of(path)}, but the release documents "
+                                  f"{spec.weight_md5}; this is not the released file")
 
 
 _HASH_CACHE: dict[tuple[str, int, int], str] = {}
@@ -316,25 +397,36 @@ def _file_sha256(path: Path) -> str:
     return _HASH_CACHE[key]
 
 
-def weights_hash(path: str | os.PathLike) -> str:
-    """SHA-256 of a weight file, or of every file in a folder (relative names included).
+def weights_hash(path: str | os.PathLike | Sequence[str | os.PathLike]) -> str:
+    """SHA-256 of a weight file, of a list of files (the files a builder read), or of a whole folder.
 
+    A single file hashes to its own SHA-256 (what the Hugging Face hub shows for an LFS file); a list
+    hashes its files' names and digests, in the order given; a folder hashes every file in it with its
+    relative name (only for encoders that do not say which files they read: the paper builders do).
     Per-file digests are cached by (path, size, mtime), so repeated calls are cheap.
     """
-    path = Path(path)
-    if path.is_file():
-        return _file_sha256(path)
-    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    if not files:
-        raise MissingWeightsError(f"weights folder {path} holds no files")
+    if not isinstance(path, (str, os.PathLike)):
+        files = [Path(p) for p in path]
+        names = [p.name for p in files]
+        if not files:
+            raise MissingWeightsError("weights_hash needs at least one file")
+    else:
+        path = Path(path)
+        if path.is_file():
+            return _file_sha256(path)
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        names = [p.relative_to(path).as_posix() for p in files]
+        if not files:
+            raise MissingWeightsError(f"weights folder {path} holds no files")
     digest = hashlib.sha256()
-    for p in files:
-        digest.update(f"{p.relative_to(path).as_posix()}\0{_file_sha256(p)}\n".encode())
+    for name, p in zip(names, files):
+        digest.update(f"{name}\0{_file_sha256(p)}\n".encode())
     return digest.hexdigest()
 
 
 def state_dict_hash(module: torch.nn.Module) -> str:
-    """SHA-256 of a module's parameters and buffers (for models built without a weight file)."""
+    """SHA-256 of a module's parameters and buffers (for models built without a weight file, and for
+    MedGemma's tower, whose tensors come out of multi-GB shards)."""
     digest = hashlib.sha256()
     for name, tensor in module.state_dict().items():
         t = tensor.detach().cpu().contiguous()
@@ -364,15 +456,23 @@ class Encoder:
         The network (put in eval mode on ``device``), or None for extractors that are not networks.
     device : str or torch.device
     weights_path : Path or None
-        The file or folder the weights came from; hashed for :attr:`weights_hash`.
+        The file or folder the weights came from.
+    weights_files : sequence of Path or None
+        The files the builder read (weights and the config that shaped the network); hashed for
+        :attr:`weights_hash`. ``None``: ``weights_path`` is hashed (a whole folder, if a folder).
+    hash_parameters : bool
+        Add the loaded parameters and buffers to the hash (for weights read tensor by tensor out of
+        files too large to hash whole: MedGemma).
     """
 
     def __init__(self, spec: EncoderSpec, model: torch.nn.Module | None, *, device="cpu",
-                 weights_path: Path | None = None):
+                 weights_path: Path | None = None, weights_files=None, hash_parameters: bool = False):
         self.spec = spec
         self.device = torch.device(device)
         self.model = model.to(self.device).eval() if model is not None else None
         self.weights_path = Path(weights_path) if weights_path is not None else None
+        self.weights_files = tuple(Path(p) for p in weights_files) if weights_files is not None else None
+        self.hash_parameters = hash_parameters
         self._weights_hash = None
         mean = torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1)
         self._mean = mean.to(self.device)
@@ -383,14 +483,18 @@ class Encoder:
 
     @property
     def weights_hash(self) -> str:
-        """SHA-256 of the weight files, else of the model's parameters; subclasses without either override."""
+        """SHA-256 of the files read (plus the loaded tensors with ``hash_parameters``), else of the
+        weights path, else of the model's parameters; subclasses without any of them override."""
         if self._weights_hash is None:
-            if self.weights_path is not None:
-                self._weights_hash = weights_hash(self.weights_path)
-            elif self.model is not None:
-                self._weights_hash = state_dict_hash(self.model)
+            if self.weights_files:
+                parts = [weights_hash(self.weights_files)]
             else:
-                raise NotImplementedError(f"{type(self).__name__} must define weights_hash")
+                parts = [weights_hash(self.weights_path)] if self.weights_path is not None else []
+            if self.hash_parameters or not parts:
+                if self.model is None:
+                    raise NotImplementedError(f"{type(self).__name__} must define weights_hash")
+                parts.append(state_dict_hash(self.model))
+            self._weights_hash = parts[0] if len(parts) == 1 else hashlib.sha256("\n".join(parts).encode()).hexdigest()
         return self._weights_hash
 
     def resize(self, batch_uint8: torch.Tensor) -> torch.Tensor:
@@ -434,18 +538,42 @@ class Encoder:
 
 
 def resize_to_input(spec: EncoderSpec, batch: torch.Tensor) -> torch.Tensor:
-    """Resize the short side to ``spec.input_size`` (antialiased) and centre-crop to a square.
+    """Bring ``[B, 3, H, W]`` images to ``spec.input_size`` squares, as ``spec.resize_mode`` says.
 
-    Works on ``uint8`` or float tensors ``[B, 3, H, W]`` and keeps the dtype; a batch already at the
-    input size is returned unchanged. A function of the spec alone, so data-loader workers can call it
-    without the model. [ours] a centre crop with crop fraction 1.0 for every encoder, so that every
-    encoder sees the same field of view.
+    ``crop``: resize the short side to ``input_size`` (antialiased) and centre-crop. ``pad``: pad to a
+    centred square with ``spec.pad_fill`` (the extra row or column, if odd, goes to the bottom or right,
+    as the releases do), then resize. Works on ``uint8`` or float tensors and keeps the dtype; a batch
+    already at the input size is returned unchanged. A function of the spec alone, so data-loader
+    workers can call it without the model. [ours] in ``crop`` mode the crop fraction is 1.0 for every
+    encoder (most releases resize to a larger side and keep 0.875-0.94 of it), so every cropping
+    encoder sees the same field of view; ``pad`` follows the releases that pad (MedSigLIP, LLaVA,
+    CheXzero).
     """
     size = spec.input_size
     if batch.shape[-2:] == (size, size):
         return batch
     mode = InterpolationMode.BICUBIC if spec.interpolation == "bicubic" else InterpolationMode.BILINEAR
+    if spec.resize_mode == "pad":
+        batch = pad_to_square(batch, spec.pad_fill)
+        return TF.resize(batch, [size, size], interpolation=mode, antialias=True)
     return TF.center_crop(TF.resize(batch, [size], interpolation=mode, antialias=True), [size, size])
+
+
+def pad_to_square(batch: torch.Tensor, fill: Sequence[int]) -> torch.Tensor:
+    """Pad ``[B, 3, H, W]`` to a centred ``max(H, W)`` square of colour ``fill`` (0..255 per channel;
+    divided by 255 for float input).
+
+    >>> pad_to_square(torch.full((1, 3, 1, 3), 9, dtype=torch.uint8), (0, 0, 0))[0, 0].tolist()
+    [[0, 0, 0], [9, 9, 9], [0, 0, 0]]
+    """
+    height, width = batch.shape[-2:]
+    side = max(height, width)
+    scale = 1 if batch.dtype == torch.uint8 else 255.0
+    colour = torch.tensor([v / scale for v in fill], dtype=batch.dtype, device=batch.device)
+    out = colour.view(1, 3, 1, 1).expand(batch.shape[0], 3, side, side).clone()
+    top, left = (side - height) // 2, (side - width) // 2
+    out[:, :, top:top + height, left:left + width] = batch
+    return out
 
 
 def pil_to_uint8_tensor(image) -> torch.Tensor:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import timm
+import logging
+
 import torch
 
 from crsrepro.encoders.registry import (
@@ -28,6 +30,8 @@ from crsrepro.encoders.registry import (
     resolve_weights_folder,
 )
 from crsrepro.errors import MissingWeightsError
+
+logger = logging.getLogger(__name__)
 
 HUB_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 _HEAD_KEYS = ("head.weight", "head.bias", "fc.weight", "fc.bias", "head.fc.weight", "head.fc.bias")
@@ -59,12 +63,19 @@ class TimmEncoder(Encoder):
 
 
 def timm_from_state_dict(spec: EncoderSpec, state_dict: dict, *, model_args: dict, device,
-                         weights_path: Path) -> TimmEncoder:
-    """Build ``spec.architecture`` with ``model_args`` and load ``state_dict`` strictly (heads dropped)."""
+                         weights_path: Path, weights_files: list[Path]) -> TimmEncoder:
+    """Build ``spec.architecture`` with ``model_args`` and load ``state_dict`` strictly.
+
+    The classifier head of a released file (``fc.*`` of torchvision's ResNet-50, ``head.*`` of an
+    ImageNet ViT) is dropped, and the count logged; every other key must fit.
+    """
     model = timm.create_model(spec.architecture, pretrained=False, num_classes=0, **model_args)
+    heads = [k for k in state_dict if k in _HEAD_KEYS]
+    if heads:
+        logger.info("%s: dropped the classifier head of %s: %s", spec.id, weights_path, ", ".join(heads))
     state_dict = {k: v for k, v in state_dict.items() if k not in _HEAD_KEYS}
     load_weights_strictly(spec, model, state_dict, source=weights_path, what=f"timm {spec.architecture}")
-    return TimmEncoder(spec, model, device=device, weights_path=weights_path)
+    return TimmEncoder(spec, model, device=device, weights_path=weights_path, weights_files=weights_files)
 
 
 def build_timm(spec: EncoderSpec, *, weights=None, device="cpu") -> TimmEncoder:
@@ -76,5 +87,6 @@ def build_timm(spec: EncoderSpec, *, weights=None, device="cpu") -> TimmEncoder:
         raise MissingWeightsError(f"{spec.id}: {folder / 'config.json'} is for {arch!r}, "
                                   f"expected {spec.architecture!r}")
     path = find_weight_file(spec, folder, HUB_WEIGHT_FILES)
+    files = [p for p in (folder / "config.json", path) if p.is_file()]
     return timm_from_state_dict(spec, load_state_dict(path), model_args=config.get("model_args", {}),
-                                device=device, weights_path=folder)
+                                device=device, weights_path=folder, weights_files=files)
