@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from crsrepro.errors import CrsreproError
+from crsrepro.io import content_key
 from crsrepro.profiles import Profile, load_profile
 from crsrepro.results import ResultStore, keys_hash, runs_table
 from crsrepro.vocab import MEDICAL_FAMILIES, is_transfer
@@ -71,8 +72,13 @@ class RunAnalysis:
     # ------------------------------------------------------------------ the tables
     @cached_property
     def results_hash(self) -> str:
-        """The hash of the results table (:func:`crsrepro.results.keys_hash` of its row-sets)."""
-        return self.results.attrs.get("keys_hash") or keys_hash(self.results["rowset"].unique().tolist())
+        """The hash of the results table: :func:`crsrepro.results.keys_hash` of its row-sets (a table
+        built by hand, without row-sets, is hashed by its content)."""
+        if self.results.attrs.get("keys_hash"):
+            return self.results.attrs["keys_hash"]
+        if "rowset" in self.results.columns:
+            return keys_hash(self.results["rowset"].unique().tolist())
+        return content_key(rows=pd.util.hash_pandas_object(self.results, index=False).tolist())
 
     @cached_property
     def runs(self) -> pd.DataFrame:

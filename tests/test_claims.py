@@ -219,9 +219,22 @@ def measured(tmp_path_factory):
     manifests = tmp_path_factory.mktemp("manifests")
     pd.DataFrame({"image_id": list("abcdefg"), "split": "train", "group": list("abcdefg")}).to_csv(
         manifests / "isic2019_smoke.csv", index=False)
+    _freeze(RESULTS, manifests)
     values = measure_claims(load_profile("smoke"), RESULTS, manifest_dir=manifests)
-    assert (manifests / "crs_reference_smoke.yaml").is_file()  # the frame was frozen where we asked
+    assert list(manifests.glob("crs_reference_*.yaml")) == [manifests / "crs_reference_smoke.yaml"]  # read, not rewritten
     return values
+
+
+def _freeze(results, manifests):
+    """Freeze a frame from hand-made results (``freeze_frame`` itself refuses them: they are not the
+    smoke profile's grid)."""
+    from crsrepro.analysis import RunAnalysis
+    from crsrepro.crs import ReferenceFrame
+    from crsrepro.grid import frame_path
+
+    analysis = RunAnalysis("smoke", results, manifest_dir=manifests)
+    ReferenceFrame.freeze(analysis.reliability_profiles, results_hash=analysis.results_hash).save(
+        frame_path(analysis.profile, manifests))
 
 
 def test_protocol_counts_are_always_measured(measured):
@@ -287,6 +300,7 @@ def test_calibration_transfer_and_label_efficiency_match_hand_computation(measur
 def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path):
     four = ["general.mae", "general.resnet50", "medical.medgemma", "specialist.panderm"]
     no_transfer = RESULTS[(RESULTS["condition"] != "mimic_cxr") & RESULTS["encoder"].isin(four)]
+    _freeze(no_transfer, tmp_path)
     values = measure_claims("smoke", no_transfer, manifest_dir=tmp_path)
     assert not any(k.startswith(("transfer_", "external_validity", "insertion_")) for k in values)
     assert "chexpert_1pct_reaching_vit_b16:medical" not in values  # no ViT-B/16, no bar
