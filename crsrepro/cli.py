@@ -9,6 +9,8 @@
     crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
     crsrepro check-weights [--encoder ID]     load local paper-encoder weights strictly on the CPU, report
+    crsrepro recalibrate --scores local.csv --labels COLUMN --out calibrated.csv   recalibrate a local cohort
+    crsrepro quality-check --images DIR [--reference DIR]   image-quality statistics and outliers
     crsrepro list {profiles,encoders,notebooks}
 
 User errors (a missing profile, an unknown encoder, a missing dataset root ...) print one line and

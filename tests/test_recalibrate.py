@@ -130,3 +130,14 @@ def test_applying_a_map_to_a_csv_without_its_columns(cohort_csv, tmp_path, capsy
     (tmp_path / "broken.json").write_text("{}")
     assert run_cli("--scores", other, "--apply", tmp_path / "broken.json", "--out", tmp_path / "o.csv") == 2
     one_line_error(capsys, "broken.json", "not a map saved by crsrepro recalibrate")
+
+
+def test_the_cli_defaults_are_the_module_constants():
+    from crsrepro.cli import build_parser
+    from crsrepro.quality import Z_THRESHOLD
+    from crsrepro.recalibrate import CALIBRATION_FRACTION, ECE_TOLERANCE
+
+    recalibrate = build_parser().parse_args(["recalibrate", "--scores", "s.csv", "--out", "o.csv"])
+    assert recalibrate.tolerance == ECE_TOLERANCE and float(recalibrate.calibration_split) == CALIBRATION_FRACTION
+    assert not hasattr(recalibrate, "profile")
+    assert build_parser().parse_args(["quality-check", "--images", "d"]).threshold == Z_THRESHOLD
