@@ -1,8 +1,8 @@
 """Image-quality statistics for a folder of images: ``crsrepro quality-check`` (DESIGN.md section 14).
 
 The paper finds that image degradation distorts a model's probabilities before it moves its ranking
-(paper, section 5.3), so a deployment team should watch the quality of its incoming images. This
-module measures, per image, one statistic for each of the paper's five perturbations
+(paper, Results; DESIGN.md section 10), so a deployment team should watch the quality of its incoming
+images. This module measures, per image, one statistic for each of the paper's five perturbations
 (:mod:`crsrepro.perturb`) **[ours: the statistics and their parameters]**. All are computed on the
 luminance ``L`` in [0, 1] (PIL's ITU-R 601 ``"L"`` conversion) at the image's own resolution:
 

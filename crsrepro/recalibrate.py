@@ -2,8 +2,8 @@
 
 The paper's most actionable finding for a deployment team is that post-hoc recalibration on a few
 hundred local labelled cases cuts the ECE by 54-77 % and leaves the AUROC where it was (paper,
-section 5.2). This module turns it into a recipe for a team that has its own model's outputs on a
-local cohort:
+Results; DESIGN.md section 8). This module turns it into a recipe for a team that has its own model's
+outputs on a local cohort:
 
 1. :func:`read_cohort` reads a csv with one column of scores per class and a label column whose
    values are class (column) names. Scores are probabilities or logits (``input``, below).
@@ -27,6 +27,10 @@ Input kinds (``input``): ``probabilities`` rows must lie in [0, 1] and sum to 1 
 probabilities by a softmax; ``auto`` decides only when it is unambiguous: rows in [0, 1] that sum to
 1 are probabilities, scores outside [0, 1] are logits, and rows in [0, 1] that do not sum to 1 are an
 error that asks for ``--input``.
+
+Intervals are percentile intervals of a paired case bootstrap (the same resampled cases before and
+after). ECE is biased upward in small samples, so its bootstrap distribution lies above the estimate
+and its interval is lopsided: read it as the sampling spread, not as a symmetric error bar.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from scipy.special import softmax
 from crsrepro.calibration import (RECALIBRATORS, TooFewCasesError, make_recalibrator, recalibrator_from_dict,
                                   select_recalibrator)
 from crsrepro.errors import CrsreproError
-from crsrepro.metrics import expected_calibration_error, macro_auroc, reliability_curve
+from crsrepro.metrics import expected_calibration_error, reliability_curve
 from crsrepro.stats import _as_generator, case_paired_bootstrap
 
 logger = logging.getLogger(__name__)
@@ -425,7 +429,8 @@ class RecalibrationReport:
             out += [f"on {where}, {LEVEL:.0%} case-bootstrap intervals ({N_RESAMPLES} resamples, paired):",
                     f"  ECE   before {self.ece_before}  after {self.ece_after}  change {self.ece_change.signed()} "
                     f"({relative:.0%} lower)",
-                    f"  AUROC before {self.auroc_before}  after {self.auroc_after}  change {self.auroc_change.signed()}"]
+                    f"  AUROC before {self.auroc_before}  after {self.auroc_after}  "
+                    f"change {self.auroc_change.signed()}"]
         if self.sample_size is not None:
             s = self.sample_size
             widths = ", ".join(f"+-{h:.3f} at {m}" for m, h in s.half_widths.items())
@@ -621,7 +626,7 @@ def apply_map(scores, map_path, *, out, label_column=None, input_kind="auto", se
         intervals = _before_after(cohort.labels, cohort.probs, calibrated, seed=seed)
         written.append(plot_reliability(cohort.labels, cohort.probs, calibrated, beside(out, ".reliability.png"),
                                         title=f"{Path(scores).name}: saved map"))
-    return RecalibrationReport(path=cohort.path, method=recalibrator.to_dict()["method"], chosen_by="map", n_calibration=0,
-                               n_evaluation=len(cohort.probs), input_kind=cohort.input_kind, cv_ece=None,
-                               sample_size=None, written=written, **intervals)
+    return RecalibrationReport(path=cohort.path, method=recalibrator.to_dict()["method"], chosen_by="map",
+                               n_calibration=0, n_evaluation=len(cohort.probs), input_kind=cohort.input_kind,
+                               cv_ece=None, sample_size=None, written=written, **intervals)
 
