@@ -9,6 +9,8 @@
     crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
     crsrepro check-weights [--encoder ID]     load local paper-encoder weights strictly on the CPU, report
+    crsrepro recalibrate --scores local.csv --labels COLUMN --out calibrated.csv   recalibrate a local cohort
+    crsrepro quality-check --images DIR [--reference DIR]   image-quality statistics and outliers
     crsrepro list {profiles,encoders,notebooks}
 
 User errors (a missing profile, an unknown encoder, a missing dataset root ...) print one line and
@@ -93,6 +95,30 @@ def _cmd_check_weights(args) -> None:
         raise CrsreproError(f"{len(failed)} encoder(s) found but not loaded as released: {', '.join(failed)}")
 
 
+def _cmd_recalibrate(args) -> None:
+    from crsrepro.recalibrate import apply_map, recalibrate_cohort
+
+    if args.apply is not None:
+        report = apply_map(args.scores, args.apply, out=args.out, label_column=args.labels, input_kind=args.input,
+                           seed=args.seed)
+    elif args.labels is None:
+        raise CrsreproError("recalibrate needs --labels COLUMN to fit a map (or --apply MAP.json to reuse one)")
+    else:
+        report = recalibrate_cohort(args.scores, label_column=args.labels, out=args.out, method=args.method,
+                                    calibration_split=args.calibration_split, input_kind=args.input,
+                                    classes=args.classes.split(",") if args.classes else None,
+                                    id_column=args.id_column, map_path=args.map, tolerance=args.tolerance,
+                                    seed=args.seed)
+    print("\n".join(report.lines()))
+
+
+def _cmd_quality_check(args) -> None:
+    from crsrepro.quality import quality_check
+
+    print("\n".join(quality_check(args.images, reference=args.reference, out=args.out, threshold=args.threshold,
+                                   skip_unreadable=args.skip_unreadable).lines()))
+
+
 def _cmd_list(args) -> None:
     if args.what == "profiles":
         from crsrepro.profiles import list_profiles
@@ -115,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     def add(name, func, help_text, *, book_root=False):
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(func=func)
-        if name not in ("list",):
+        if name not in ("list", "recalibrate", "quality-check"):
             p.add_argument("--profile", default="demo", help="profile name or YAML path (default: demo)")
         if book_root:
             p.add_argument("--book-root", type=Path, default=Path("."),
@@ -145,6 +171,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check_weights)
     p.add_argument("--encoder", action="append", default=None, help="a paper encoder id (repeatable; default: all 15)")
     p.add_argument("--weights", default=None, help="weights path for the one --encoder (default: the usual lookup)")
+    p = add("recalibrate", _cmd_recalibrate, "recalibrate a local cohort's model outputs (multi-class; "
+            "multi-label outputs are out of scope) and report ECE and AUROC before and after")
+    p.add_argument("--scores", type=Path, required=True, help="csv: one score column per class and a label column")
+    p.add_argument("--labels", metavar="COLUMN", help="the label column; its values are score column names")
+    p.add_argument("--method", default="auto", choices=["auto", "temperature", "vector", "isotonic", "dirichlet"],
+                   help="auto: lowest cross-validated ECE inside the calibration part (default)")
+    p.add_argument("--calibration-split", default="0.5", metavar="F|COLUMN",
+                   help="share of cases for calibration, stratified (default 0.5), or a column of "
+                        "'calibration'/'evaluation'")
+    p.add_argument("--input", default="auto", choices=["auto", "probabilities", "logits"],
+                   help="auto: rows in [0, 1] summing to 1 are probabilities, scores outside [0, 1] are logits, "
+                        "anything else is an error")
+    p.add_argument("--classes", help="comma-separated score columns (default: all but label/split/id columns)")
+    p.add_argument("--id-column", help="a column carried through that is not a score")
+    p.add_argument("--out", type=Path, required=True, help="the calibrated csv; the map (.map.json) and the "
+                                                           "reliability diagram (.reliability.png) go beside it")
+    p.add_argument("--map", type=Path, help="where to save the fitted map (default: beside --out)")
+    p.add_argument("--apply", type=Path, metavar="MAP.json", help="apply a saved map instead of fitting one")
+    p.add_argument("--tolerance", type=float, default=0.02, help="ECE interval half-width for the cases-needed "
+                                                                  "estimate (default 0.02)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the split, the folds and the bootstraps")
+    p = add("quality-check", _cmd_quality_check, "image-quality statistics of a folder of images, with outliers "
+            "flagged against a reference folder")
+    p.add_argument("--images", type=Path, required=True, help="folder of images (searched recursively)")
+    p.add_argument("--reference", type=Path, help="folder of reference images (default: --images itself)")
+    p.add_argument("--out", type=Path, help="per-image report csv")
+    p.add_argument("--threshold", type=float, default=3.5, help="robust z-score beyond which a statistic is "
+                                                                 "flagged (default 3.5)")
+    p.add_argument("--skip-unreadable", action="store_true", help="count and list unreadable images instead of "
+                                                                  "stopping at the first")
     p = add("list", _cmd_list, "list profiles, encoders or notebooks", book_root=True)
     p.add_argument("what", choices=["profiles", "encoders", "notebooks"])
     return parser

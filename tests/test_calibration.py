@@ -5,7 +5,10 @@ import pytest
 from scipy.special import expit, softmax
 from sklearn.exceptions import NotFittedError
 
-from crsrepro.calibration import RECALIBRATORS, make_recalibrator
+import json
+
+from crsrepro.calibration import (RECALIBRATORS, TooFewCasesError, cross_validated_ece, make_recalibrator,
+                                  recalibrator_from_dict, select_recalibrator)
 from crsrepro.metrics import expected_calibration_error, macro_auroc
 
 SHARPNESS = 3.0  # the over-confident classifier multiplies the true logits by this
@@ -92,3 +95,63 @@ def test_bad_input():
     fitted = make_recalibrator("temperature").fit(probs, [0, 1])
     with pytest.raises(ValueError, match="fitted on 2"):
         fitted.predict_proba(np.array([[0.2, 0.3, 0.5]]))
+
+
+@pytest.mark.parametrize("task", ["multiclass", "multilabel"])
+@pytest.mark.parametrize("name", sorted(RECALIBRATORS))
+def test_saved_map_gives_the_same_output_after_reload(name, task):
+    rng = np.random.default_rng(4)
+    probs, y = _overconfident(task, 300, rng)
+    if task == "multilabel":
+        y[:, 1] = np.where(np.isnan(y[:, 1]), np.nan, 1.0)  # a label left as it is survives the round trip
+    fitted = make_recalibrator(name).fit(probs, y)
+    restored = recalibrator_from_dict(json.loads(json.dumps(fitted.to_dict())))
+    test_probs, _ = _overconfident(task, 200, rng)
+    np.testing.assert_array_equal(restored.predict_proba(test_probs), fitted.predict_proba(test_probs))
+    assert restored.get_params() == fitted.get_params() and restored.identity_labels_ == fitted.identity_labels_
+
+
+def test_a_malformed_map_is_refused():
+    data = make_recalibrator("vector").fit(np.array([[0.7, 0.3], [0.4, 0.6]]), [0, 1]).to_dict()
+    with pytest.raises(ValueError, match="method 'platt'"):
+        recalibrator_from_dict({**data, "method": "platt"})
+    with pytest.raises(ValueError, match="missing or bad entry 'maps'"):
+        recalibrator_from_dict({k: v for k, v in data.items() if k != "maps"})
+    with pytest.raises(ValueError, match="method of TemperatureScaling"):
+        RECALIBRATORS["temperature"].from_dict(data)
+
+
+def test_cross_validated_ece_prefers_a_recalibrator_on_overconfident_scores():
+    rng = np.random.default_rng(5)
+    probs, y = _overconfident("multiclass", 600, rng)
+    scores = cross_validated_ece(probs, y, task="multiclass")
+    assert list(scores) == ["none", "temperature", "vector", "isotonic", "dirichlet"]
+    assert scores["temperature"] < scores["none"] / 2 and scores["vector"] < scores["none"] / 2
+    best, again = select_recalibrator(probs, y, task="multiclass", return_scores=True)
+    assert again == scores  # deterministic for a seed
+    assert best == min(RECALIBRATORS, key=scores.__getitem__)
+    assert cross_validated_ece(probs, y, methods=("isotonic",), task="multiclass", seed=1) != \
+        {k: scores[k] for k in ("none", "isotonic")}  # the seed moves the folds
+
+
+def test_cross_validated_ece_on_multilabel_scores():
+    rng = np.random.default_rng(6)
+    probs, y = _overconfident("multilabel", 400, rng)
+    scores = cross_validated_ece(probs, y, methods=("temperature",), task="multilabel")
+    assert scores["temperature"] < scores["none"]
+
+
+def test_cross_validation_with_too_few_cases_says_so():
+    rng = np.random.default_rng(7)
+    probs, y = _overconfident("multiclass", 40, rng)
+    with pytest.raises(TooFewCasesError, match="40 calibration cases give 5 folds of 8"):
+        cross_validated_ece(probs, y, task="multiclass")
+    probs, y = _overconfident("multiclass", 200, rng)
+    y[:3] = 4
+    y[3:][y[3:] == 4] = 0  # class 4 keeps 3 cases
+    with pytest.raises(TooFewCasesError, match="class 4 has 3 calibration cases"):
+        cross_validated_ece(probs, y, task="multiclass")
+    with pytest.raises(ValueError, match="means 'multiclass'"):
+        cross_validated_ece(probs, y, task="multilabel")
+    with pytest.raises(ValueError, match="methods must be names"):
+        cross_validated_ece(probs, y, methods=("none",), task="multiclass")
