@@ -338,8 +338,8 @@ class ReferenceFrame:
         """
         path = Path(path)
         if not path.is_file():
-            raise FrameError(f"no CRS reference frame at {path}: a frame exists only once a profile has "
-                             f"been run on real features (run that profile first)")
+            raise FrameError(f"no CRS reference frame at {path}: freeze one from a complete run of the profile "
+                             f"with `crsrepro freeze-frame --profile <name>`")
         try:
             content = yaml.safe_load(path.read_text())
             stored = content.pop("hash")

@@ -49,6 +49,7 @@ from crsrepro.vocab import CLEAN, LINEAR, NO_RECALIBRATION, RECALIBRATORS
 log = logging.getLogger(__name__)
 
 RUN_COLUMNS = ["encoder", "dataset", "seed", "label_fraction", "condition"]
+VAL_CV_FOLDS = 5  # [ours] folds of the cross-validated ECE inside the val split (crsrepro.calibration)
 
 
 def _as_profile(profile: Profile | str) -> Profile:
@@ -291,7 +292,8 @@ class _Unit:
             params = LinearProbe(task=task, c_grid=list(options.c_grid), backend=options.backend,
                                  device=options.device, max_iter=options.max_iter,
                                  time_cap_s=options.time_cap_s).get_params()
-            return {**params, "c_selection": options.c_selection, "recalibrators": list(RECALIBRATORS)}
+            return {**params, "c_selection": options.c_selection, "recalibrators": list(RECALIBRATORS),
+                    "val_cv_folds": VAL_CV_FOLDS}
         if self.probe == "mlp":  # the same device and compute-time cap as the linear probe
             return MLPProbe(task=task, device=options.device, time_cap_s=options.time_cap_s,
                             random_state=self.seed).get_params()
@@ -382,16 +384,27 @@ class _Unit:
         return fitted
 
     def _recalibrated(self, base: dict, val_probs: np.ndarray, test_probs: dict, cases: dict) -> list:
-        """The four recalibrators, fitted on the seed's val split (the calibration subset)."""
-        from crsrepro.calibration import make_recalibrator
+        """The four recalibrators, fitted on the seed's val split (the calibration subset), and the
+        cross-validated ECE of each inside that split (``val_cv_ece``, on the clean rows), which picks a
+        method per cell without looking at the test split."""
+        from crsrepro.calibration import TooFewCasesError, cross_validated_ece, make_recalibrator
 
-        rows = []
+        try:
+            cv_ece = cross_validated_ece(val_probs, self.val.labels, methods=RECALIBRATORS, task=self.view.task,
+                                         n_folds=VAL_CV_FOLDS, seed=self.seed)
+        except TooFewCasesError as exc:  # a tiny val split: no in-val choice for this cell, said in the log
+            log.info("%s %s seed %d: no val_cv_ece (%s)", self.spec.id, self.view.name, self.seed, exc)
+            cv_ece = {}
+        rows = [{**base, "condition": CLEAN, "recalibrator": NO_RECALIBRATION, "metric": "val_cv_ece",
+                 "value": float(cv_ece[NO_RECALIBRATION])}] if cv_ece else []
         for name in RECALIBRATORS:
             recalibrator = make_recalibrator(name).fit(val_probs, self.val.labels)
             for condition, probs in test_probs.items():
                 calibrated = recalibrator.predict_proba(probs)
-                rows += _rows({**base, "condition": condition, "recalibrator": name},
-                              _score(self.view.task, self._labels(condition), self._probs(calibrated, condition)))
+                metrics = _score(self.view.task, self._labels(condition), self._probs(calibrated, condition))
+                if condition == CLEAN and cv_ece:
+                    metrics["val_cv_ece"] = cv_ece[name]
+                rows += _rows({**base, "condition": condition, "recalibrator": name}, metrics)
                 if condition == CLEAN:
                     cases[f"probs|{CLEAN}|{name}"] = calibrated
         return rows

@@ -1,0 +1,120 @@
+"""The run grid's middle layer (issue 9): keys are functions of their inputs, a finished unit is really
+skipped, the merge notices a changed key set, and the frame is frozen only by an explicit act."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crsrepro import grid
+from crsrepro.analysis import RunAnalysis
+from crsrepro.errors import CrsreproError
+from crsrepro.profiles import load_profile
+from crsrepro.results import ResultStore
+
+# A micro grid: one small dataset, two fast encoders, two seeds, one perturbation, no controls.
+MICRO = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.color_histogram", "demo.pixel_pca"],
+         "seeds": [0, 1], "label_fractions": [0.25, 1.0], "perturbations": ["jpeg"], "severities": [3],
+         "control_probes": {"probes": []}, "demo_world": {"n_images": {"aptos2019": 120}}}
+
+
+def micro(**overrides):
+    config = {**MICRO, **overrides}
+    return load_profile("smoke", overrides=config)
+
+
+@pytest.fixture()
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
+    return tmp_path
+
+
+def _rowsets(profile):
+    return {p.stem for p in ResultStore(profile.output_path).runs_dir.glob("*.parquet")}
+
+
+def test_keys_follow_their_inputs_and_a_finished_unit_is_skipped(home, monkeypatch):
+    profile = micro()
+    first = grid.run_grid(profile, progress=False)
+    keys = _rowsets(profile)
+    assert len(keys) == 2 * 2  # cells x seeds (linear only)
+    assert first["rowset"].nunique() == 4 and set(first["seed"]) == {0, 1}
+
+    # nothing that cannot change a number: num_threads; and a finished unit is never re-run
+    monkeypatch.setattr(grid._Unit, "run", lambda self, feats: pytest.fail("a finished unit was re-run"))
+    again = grid.run_grid(micro(probe={"num_threads": 2}), progress=False)
+    assert _rowsets(profile) == keys
+    pd.testing.assert_frame_equal(again, first)
+    monkeypatch.undo()
+    monkeypatch.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
+
+    # each input that changes a number changes the key
+    for change in ({"probe": {"max_iter": 50}}, {"probe": {"c_selection": "full_val"}},
+                   {"probe": {"c_grid": [0.1, 10.0]}}, {"label_fractions": [0.5, 1.0]}):
+        before = _rowsets(profile)
+        grid.run_grid(micro(**change), progress=False)
+        assert len(_rowsets(profile) - before) == 4, change
+
+
+def test_a_new_image_size_recomputes_features_and_rowsets(home):
+    """Issue 9, done-when: changing demo_world.image_size recomputes what depends on it."""
+    profile = micro()
+    grid.run_grid(profile, progress=False)
+    keys, cache = _rowsets(profile), profile.feature_cache_path
+    entries = set(cache.rglob("*.npy"))
+    resized = micro(demo_world={"image_size": 48, "n_images": {"aptos2019": 120}})
+    grid.run_grid(resized, progress=False)
+    assert _rowsets(profile).isdisjoint(keys) is False and len(_rowsets(profile) - keys) == 4
+    assert len(set(cache.rglob("*.npy")) - entries) == len(entries)  # every feature array recomputed
+
+
+def test_the_merge_notices_a_changed_key_set(home):
+    profile = micro()
+    table = grid.run_grid(profile, progress=False)
+    store = ResultStore(profile.output_path)
+    keys = sorted(table["rowset"].unique())
+    assert len(store.merge(keys[:2])) < len(table)  # a different key set is re-merged, not served
+    assert len(store.merge(keys)) == len(table)
+
+
+def test_seeds_vary_discrimination_calibration_and_robustness(home):
+    """Issue 10: every seed draws its own train / val split, so D, C and R vary across seeds."""
+    analysis = RunAnalysis(micro(), grid.run_grid(micro(), progress=False))
+    sd = analysis.reliability_profiles.groupby(["encoder", "dataset"])[["auroc", "ece", "robustness"]].std()
+    assert (sd > 0).all().all()
+
+
+def test_freeze_frame_is_an_act_and_refuses_an_incomplete_run(home):
+    profile = micro()
+    results = grid.run_grid(profile, progress=False)
+    path = grid.frame_path(profile)
+    with pytest.raises(CrsreproError, match="no CRS reference frame.*crsrepro freeze-frame"):
+        RunAnalysis(profile, results).frame  # reading never freezes one
+    assert not path.exists()
+    partial = results[~((results["encoder"] == "demo.pixel_pca") & (results["seed"] == 1))]
+    with pytest.raises(CrsreproError, match="incomplete.*demo.pixel_pca on aptos2019 seed 1"):
+        grid.freeze_frame(profile, partial)
+    assert not path.exists()
+    frame = grid.freeze_frame(profile, results)
+    assert path.is_file() and frame.results_hash == RunAnalysis(profile, results).results_hash
+    with pytest.raises(CrsreproError, match="never silently replaced"):
+        grid.freeze_frame(profile, results)
+    before = path.read_bytes()
+    analysis = RunAnalysis(profile, results)
+    assert analysis.frame_warning is None and len(analysis.scores) == 2
+    assert path.read_bytes() == before  # reading the frame does not write it
+    changed = results.copy()
+    changed.attrs = {"keys_hash": "0" * 64}
+    assert "crs_reference_smoke.yaml" in RunAnalysis(profile, changed).frame_warning
+
+
+def test_label_budget_nests_val_subsets_of_the_same_fraction(home):
+    profile = micro()
+    view = grid._prepare(profile, "aptos2019", None, progress=False)
+    unit = grid._Unit(profile, __import__("crsrepro.encoders", fromlist=["get_spec"]).get_spec("demo.pixel_pca"),
+                      view, 0, "linear")
+    n_val = len(unit.val.labels)
+    assert len(unit.val_subsets[0.25]) < n_val and len(unit.val_subsets[1.0]) == n_val
+    assert np.isin(unit.val_subsets[0.25], unit.val_subsets[1.0]).all()
+    assert set(unit.val.labels[unit.val_subsets[0.25]]) == set(unit.val.labels)  # every class kept
