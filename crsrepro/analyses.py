@@ -27,6 +27,7 @@ from crsrepro.crs import ReferenceFrame, aggregate_crs, cell_means, crs_scores
 from crsrepro.dimensions import ProfileTableError, is_perturbation, reliability_profiles, select_runs
 from crsrepro.metrics import aulc
 from crsrepro.stats import _as_generator, _check_level, rank_agreement
+from crsrepro.vocab import MEDICAL_FAMILIES, NO_RECALIBRATION
 
 logger = logging.getLogger(__name__)
 
@@ -314,8 +315,8 @@ def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | 
     has_val = VAL_CV_ECE in rows.columns and rows[VAL_CV_ECE].notna().any()
     means = _seed_means(rows, ["encoder", "dataset", "recalibrator"],
                         ["auroc", "ece"] + ([VAL_CV_ECE] if has_val else [])).reset_index()
-    before = means[means["recalibrator"] == "none"].set_index(["encoder", "dataset"])
-    after = means[means["recalibrator"] != "none"].join(before[["ece", "auroc"]].add_suffix("_before"),
+    before = means[means["recalibrator"] == NO_RECALIBRATION].set_index(["encoder", "dataset"])
+    after = means[means["recalibrator"] != NO_RECALIBRATION].join(before[["ece", "auroc"]].add_suffix("_before"),
                                                         on=["encoder", "dataset"])
     notes = []
     orphans = after["ece_before"].isna()
@@ -334,7 +335,7 @@ def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | 
         candidates = means.dropna(subset=[VAL_CV_ECE]).sort_values(["encoder", "dataset", "recalibrator"])
         chosen = candidates.loc[candidates.groupby(["encoder", "dataset"])[VAL_CV_ECE].idxmin()]
         stay = before.reset_index()[["encoder", "dataset", "ece"]].assign(
-            recalibrator="none", ece_before=lambda t: t["ece"], ece_after=lambda t: t["ece"], absolute_drop=0.0,
+            recalibrator=NO_RECALIBRATION, ece_before=lambda t: t["ece"], ece_after=lambda t: t["ece"], absolute_drop=0.0,
             relative_reduction=0.0, auroc_change=0.0).drop(columns="ece")
         outcomes = pd.concat([table, stay], ignore_index=True)
         best = chosen[["encoder", "dataset", "recalibrator", VAL_CV_ECE]].merge(
@@ -463,7 +464,7 @@ class WelchResult:
 
 
 def welch_transfer_test(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                        medical_families: tuple[str, ...] = ("medical", "specialist"),
+                        medical_families: tuple[str, ...] = MEDICAL_FAMILIES,
                         general_families: tuple[str, ...] = ("general",)) -> WelchResult:
     """Welch's t-test on the transfer AUROC (probe trained on ``source``, scored on ``target``).
 

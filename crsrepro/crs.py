@@ -62,6 +62,7 @@ import yaml
 from crsrepro.dimensions import (PRIMARY, RUN_COLUMNS, ProfileTableError, cell_profiles,  # noqa: F401 (re-exported)
                                  is_perturbation, is_transfer, reliability_profiles, select_runs)
 from crsrepro.errors import CrsreproError
+from crsrepro.io import atomic_write
 
 logger = logging.getLogger(__name__)
 
@@ -278,20 +279,23 @@ class ReferenceFrame:
         return _score_cells(self.reference[["encoder", "dataset"]], self.reference[list(NORMALISED)].to_numpy(float),
                             self)
 
-    def check_results(self, results_hash: str) -> str | None:
+    def check_results(self, results_hash: str | None) -> str | None:
         """None when the frame was frozen from results with this hash, else a one-line message.
 
-        The message names the frame file (or says the frame is not saved) and both hashes; the book
-        shows it as a warning and ``crsrepro score`` raises it as an error (issue 9).
+        The message names the frame file (or says the frame is not saved) and both hashes (their first
+        12 characters); the book shows it as a warning and ``crsrepro score`` raises it as an error
+        with the remedy (issue 9). A hash that is None on either side (an old frame, results without
+        a recorded hash) cannot be checked, and says so, unless both are None.
         """
         if self.results_hash == results_hash:
             return None
         where = str(self.path) if self.path is not None else "the reference frame (not saved)"
         if self.results_hash is None:
-            return (f"{where}: the frame records no results hash, so it cannot be checked against the results "
-                    f"(hash {results_hash[:12]}); re-freeze it (crsrepro freeze-frame)")
+            return f"{where}: the frame records no results hash, so it cannot be checked against these results"
+        if results_hash is None:
+            return f"{where}: the results record no hash, so they cannot be checked against this frame"
         return (f"{where}: frozen from results {self.results_hash[:12]}, but the results now hash to "
-                f"{results_hash[:12]}; the frame is stale, re-freeze it (crsrepro freeze-frame)")
+                f"{results_hash[:12]}: the frame is stale")
 
     # ---- persistence
     def to_dict(self) -> dict:
@@ -317,13 +321,10 @@ class ReferenceFrame:
     def save(self, path: str | Path) -> Path:
         """Write the frame as YAML with its ``version`` and ``hash``; returns the path."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         content = self.to_dict()
         content["hash"] = _sha256(content)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text("# crsrepro CRS reference frame (DESIGN.md section 9); do not edit: the hash is checked\n"
-                       + yaml.safe_dump(content, sort_keys=True))
-        tmp.replace(path)
+        atomic_write(path, ("# crsrepro CRS reference frame (DESIGN.md section 9); do not edit: the hash is checked\n"
+                            + yaml.safe_dump(content, sort_keys=True)).encode())
         logger.info("saved the CRS reference frame (%d reference cells) to %s", len(self.reference), path)
         return path
 

@@ -7,7 +7,7 @@ is a different thing that keeps the word "profile" for the command line.)
 
 This module reads the runs table (one row per run, :data:`RUN_COLUMNS`; the wide view of the
 results store, :func:`crsrepro.results.runs_table`), keeps the paper's primary runs
-(:data:`PRIMARY`) and builds one reliability profile per cell and seed
+(:data:`crsrepro.vocab.PRIMARY`) and builds one reliability profile per cell and seed
 (:func:`reliability_profiles`). The CRS that scores those profiles is :mod:`crsrepro.crs`.
 
 A reliability-profiles table is a DataFrame with the columns ``encoder, dataset, auroc, ece,
@@ -22,13 +22,12 @@ import pandas as pd
 
 from crsrepro.errors import CrsreproError
 from crsrepro.metrics import label_efficiency_retention, robustness_raw
+from crsrepro.vocab import PRIMARY, is_perturbation, is_transfer  # noqa: F401 (re-exported: the runs-table words)
 
 RUN_COLUMNS = ("encoder", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
                "recalibrator", "auroc", "ece")
 """The columns of the runs table the analyses read: one row per run (the wide view of the results
 store, :func:`crsrepro.results.runs_table`; ``family`` and ``classwise_ece`` may be there too)."""
-PRIMARY = {"probe": "linear", "layer": "final", "regime": "frozen", "recalibrator": "none"}
-"""The paper's primary runs: the linear probe on the final layer of the frozen encoder, uncalibrated."""
 
 
 class ProfileTableError(CrsreproError, ValueError):
@@ -58,16 +57,6 @@ def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
     return runs[mask]
 
 
-def is_perturbation(condition: str) -> bool:
-    """``<perturbation>@<severity>`` conditions (not ``clean``, not a transfer dataset such as ``mimic_cxr``)."""
-    return "@" in condition
-
-
-def is_transfer(condition: str) -> bool:
-    """A transfer condition: the probe scored without retraining on another dataset (``mimic_cxr``)."""
-    return condition != "clean" and not is_perturbation(condition)
-
-
 def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -> pd.DataFrame:
     """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
 
@@ -80,7 +69,7 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -
     Parameters
     ----------
     runs : DataFrame
-        A runs table (:data:`RUN_COLUMNS`); only :data:`PRIMARY` rows are read.
+        A runs table (:data:`RUN_COLUMNS`); only :data:`crsrepro.vocab.PRIMARY` rows are read.
     include_transfer : bool, default True
         Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
         check removes it).

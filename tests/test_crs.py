@@ -125,8 +125,8 @@ def test_frame_records_and_checks_its_results_hash(tmp_path):
     assert loaded.content_hash() == frame.content_hash()
     assert loaded.check_results("a" * 64) is None
     message = loaded.check_results("b" * 64)
-    assert message.startswith(f"{path}: frozen from results aaaaaaaaaaaa, but the results now hash to bbbbbbbbbbbb")
-    assert "\n" not in message
+    assert message == f"{path}: frozen from results aaaaaaaaaaaa, but the results now hash to bbbbbbbbbbbb: the frame is stale"
+    assert "results record no hash" in loaded.check_results(None)
     content = yaml.safe_load(path.read_text())
     content["results_hash"] = "c" * 64  # an edit the content hash catches
     path.write_text(yaml.safe_dump(content))
