@@ -11,8 +11,10 @@ two different numbers for one quantity, and nothing is computed twice.
 >>> analysis.aggregate.head(3)                     # doctest: +SKIP
 
 :meth:`RunAnalysis.load` reads ``<output_dir>/results.parquet``; it runs the grid only when asked
-(``run=True``), when the table is missing, or when it was computed for another version of the profile
-(its recorded fingerprint differs). Reading never writes the frame: ``crsrepro freeze-frame`` does.
+(``run=True``, as ``crsrepro book`` does before executing the chapters: after an upgrade of the package,
+that is what brings the table up to date), when the table is missing, or when it was computed for another
+version of the profile (its recorded fingerprint differs). Reading never writes the frame:
+``crsrepro freeze-frame`` does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from crsrepro.errors import CrsreproError
@@ -120,6 +123,8 @@ class RunAnalysis:
         """A one-line warning when the frame was frozen from other results than these, else None."""
         message = self.frame.check_results(self.results_hash)
         if message:
+            message += (f"; the scores below are against that frame. Re-freeze it with `crsrepro freeze-frame "
+                        f"--profile {self.profile.name} --overwrite` if these results are the new reference")
             logger.warning(message)
         return message
 
@@ -151,6 +156,61 @@ class RunAnalysis:
 
         return seed_paired_bootstrap(self.reliability_profiles, self.frame,
                                      n_resamples=self.profile.bootstrap.n_resamples, rng=self.rng)
+
+    @cached_property
+    def seed_variance(self) -> pd.DataFrame:
+        """Per cell, the SD over seeds of each dimension (issue 10: a seed must vary D, C and R)."""
+        from crsrepro.stats import seed_variance
+
+        return seed_variance(self.reliability_profiles)
+
+    @cached_property
+    def has_seed_variance(self) -> bool:
+        """Whether D, C and R vary across seeds in every cell: the seed bootstrap's intervals mean
+        something only then (the claims page marks its bootstrap claims comparable only if so)."""
+        from crsrepro.stats import has_seed_variance
+
+        return has_seed_variance(self.reliability_profiles)
+
+    def case_probabilities(self, dataset: str, *, condition: str = "clean", recalibrator: str = "none"):
+        """The full-label linear probe's per-case test probabilities of every encoder on ``dataset``.
+
+        Returns
+        -------
+        labels : array
+            The test labels (``(N,)`` class ids or ``(N, L)`` with NaN masked), the same for every encoder.
+        probs : dict
+            ``{encoder: float16 array (seeds, N, K)}``, seeds in ``profile.seeds`` order.
+        """
+        store = ResultStore(self.profile.output_path)
+        rows = self.results[(self.results["dataset"] == dataset) & (self.results["probe"] == "linear")
+                            & (self.results["label_fraction"] == 1.0) & (self.results["layer"] == "final")
+                            & (self.results["regime"] == "frozen")]
+        keys = rows.groupby(["encoder", "seed"])["rowset"].first()
+        labels, probs = None, {}
+        for encoder in sorted(keys.index.get_level_values("encoder").unique()):
+            arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
+            labels = arrays[0][f"labels|{condition}"]
+            probs[encoder] = np.stack([a[f"probs|{condition}|{recalibrator}"] for a in arrays])
+        if labels is None:
+            raise CrsreproError(f"no full-label linear probe on {dataset} in these results")
+        return labels, probs
+
+    @cached_property
+    def two_level_bootstrap(self) -> dict:
+        """Per dataset, the two-level (seeds x test cases) paired bootstrap of D and C
+        (``bootstrap.n_case_resamples`` replicates; on the GPU when ``probe.device`` is one)."""
+        from crsrepro.data import get_spec
+        from crsrepro.stats import two_level_bootstrap
+
+        device = self.profile.probe.device
+        out = {}
+        for dataset in self.profile.datasets:
+            labels, probs = self.case_probabilities(dataset)
+            out[dataset] = two_level_bootstrap(labels, probs, task=get_spec(dataset).task,
+                                               n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng,
+                                               device=device)
+        return out
 
     # ------------------------------------------------------------------ the paper's analyses
     @cached_property

@@ -109,7 +109,7 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     from crsrepro.grid import frame_for_book
 
     book_root = _check_book_root(book_root)
-    analysis = RunAnalysis.load(profile, progress=progress)
+    analysis = RunAnalysis.load(profile, run=True, progress=progress)  # the grid: computes only what is missing
     frozen = frame_for_book(analysis.profile, analysis.results)
     if frozen:
         print(f"froze the {analysis.profile.name} reference frame to {frozen} (crsrepro freeze-frame)")

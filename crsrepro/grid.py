@@ -488,7 +488,8 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
         finally:
             torch.set_num_threads(threads)
     log.info("crsrepro %s: %d row-sets for profile %s", __version__, len(keys), profile.name)
-    return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint()})
+    return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint(),
+                                    "rowset_version": str(CACHE_VERSION)})
 
 
 # --------------------------------------------------------------------------- the reference frame
