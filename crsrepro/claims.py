@@ -54,7 +54,9 @@ KINDS = ("auroc", "ece", "tau", "rho", "r", "probability", "p_value", "count", "
          "fraction", "movement", "overlap", "rank_shift", "auroc_change", "ece_change", "auroc_points")
 NOTEBOOKS = ("00_setup", "01_discrimination", "02_calibration", "03_label_efficiency", "04_robustness",
              "05_crs_bootstrap", "06_layer_depth", "07_lora")
-STATUSES = ("measured", "paper profile only", "not measured")
+STATUSES = ("measured", "paper profile only", "not comparable", "not measured")
+SEED_BOOTSTRAP_MEASURES = ("p_rank1", "p_top3", "crs_diff_ci", "n_p_top3_zero")
+"""Measurements that the seed-paired bootstrap produces: comparable only when seeds vary D, C and R."""
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
@@ -189,6 +191,10 @@ def _status(claim, measured: dict, profile_name: str) -> tuple[str, object, str]
             note.insert(0, f"the analogue `{claim.analogue}` is not measured (needs {claim.notebook})")
         return "paper profile only", value, "; ".join(note)
     if claim.measure is not None and measured.get(claim.measure) is not None:
+        if claim.measure.startswith(SEED_BOOTSTRAP_MEASURES) and not measured.get("has_seed_variance", 1):
+            return "not comparable", measured[claim.measure], "; ".join(
+                ["the seeds of this run do not vary D, C and R in every cell, so a seed bootstrap cannot be "
+                 "compared with the paper's"] + note)
         return "measured", measured[claim.measure], "; ".join(note)
     if claim.measure is None:
         return "not measured", None, "; ".join(["no measurement is defined"] + note)
@@ -219,6 +225,9 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str) -> 
           or scope ``paper`` on the paper profile);
         - ``paper profile only``: a ``paper``-scope claim on another profile; ``this run`` holds the
           claim's analogue when one is named and measured, and is never compared;
+        - ``not comparable``: a seed-bootstrap claim (P(rank 1), P(top 3), paired CRS intervals) on a
+          run whose seeds do not vary discrimination, calibration and robustness in every cell
+          (``measured["has_seed_variance"]`` is 0): its intervals would be artefacts of the protocol;
         - ``not measured``: the measurement is not available (the note names the chapter that
           would produce it) or none is defined.
 

@@ -156,9 +156,33 @@ def _transfer_labels(source: list[str], dataset: str, target: pd.DataFrame) -> t
     if names == source:
         return label_matrix(target), np.arange(len(source))
     if (dataset, name) == ("chexpert", "nih_cxr14"):
-        return target[list(CHEXPERT_TO_NIH.values())].to_numpy(float), np.array([source.index(k) for k in CHEXPERT_TO_NIH])
+        shared = [(k, v) for k, v in CHEXPERT_TO_NIH.items() if k in source]  # source labels left out stay out
+        return (target[[v for _, v in shared]].to_numpy(float), np.array([source.index(k) for k, _ in shared]))
     raise CrsreproError(f"{name}: its labels {names} are not {dataset}'s {source} and no label map joins them; "
                         f"a probe cannot be transferred")
+
+
+def _learnable_labels(table: pd.DataFrame, seeds) -> pd.DataFrame:
+    """A multi-label dataset without the labels that lack a positive or a negative in the test split or
+    in some seed's train or val split: no probe could learn them, pick C on them or be scored on them
+    [ours]. What is left out is logged and kept in ``attrs["labels_left_out"]`` (on a partial download
+    of NIH ChestX-ray14, Hernia lies in two patients)."""
+    from crsrepro.data.manifests import seed_column
+
+    if table.attrs["task"] != "multilabel":
+        return table
+    names = list(table.attrs["label_names"])
+    parts = [table["split"] == "test"] + [table[seed_column(s)] == split for s in seeds for split in ("train", "val")]
+    values = table[names]
+    both = np.logical_and.reduce([((values[part] == 1).any() & (values[part] == 0).any()).to_numpy() for part in parts])
+    kept = [name for name, ok in zip(names, both) if ok]
+    if len(kept) < len(names):
+        left = [name for name in names if name not in kept]
+        log.warning("%s: left out %d of %d labels that lack a positive or a negative in some split: %s",
+                    table.attrs["dataset"], len(left), len(names), ", ".join(left))
+        table = table.copy()
+        table.attrs = {**table.attrs, "label_names": kept, "labels_left_out": left}
+    return table
 
 
 def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress: bool) -> _DatasetView:
@@ -166,7 +190,8 @@ def _prepare(profile: Profile, dataset: str, manifest_dir: Path | None, progress
     from crsrepro.data.content import dataset_content_key
     from crsrepro.data.manifests import seed_column, seed_split_hash
 
-    table = prepare_dataset(profile, dataset, manifest_dir=manifest_dir, progress=progress)
+    table = _learnable_labels(prepare_dataset(profile, dataset, manifest_dir=manifest_dir, progress=progress),
+                              profile.seeds)
     attrs = table.attrs
     pool_table = table[table["split"] == "pool"].reset_index(drop=True)
     test_table = table[table["split"] == "test"].reset_index(drop=True)

@@ -125,8 +125,9 @@ def _ranking_measures(a: RunAnalysis) -> dict:
 def _bootstrap_measures(a: RunAnalysis) -> dict:
     """The seed-paired bootstrap: P(rank 1), P(top 3) and paired CRS intervals (05_crs_bootstrap)."""
     boot = a.bootstrap
-    order = a.aggregate.index  # this run's CRS ranking, best first
-    out = {f"p_rank1:{e}": p for e, p in boot.p_rank1.items()} | {f"p_top3:{e}": p for e, p in boot.p_top3.items()}
+    order = a.aggregate.index
+    out = {"has_seed_variance": float(a.has_seed_variance)}
+    out |= {f"p_rank1:{e}": p for e, p in boot.p_rank1.items()} | {f"p_top3:{e}": p for e, p in boot.p_top3.items()}
     out |= {f"p_rank1:rank{i}": boot.p_rank1[e] for i, e in enumerate(order[:3], start=1)}
     out |= {f"p_top3:rank{i}": boot.p_top3[e] for i, e in enumerate(order[:3], start=1)}
     out |= {"p_rank1_sum": boot.p_rank1.sum(), "p_top3_sum": boot.p_top3.sum(),

@@ -322,3 +322,13 @@ def test_the_claims_page_for_synthetic_results(measured):
 
 def test_default_claims_path_is_the_checkout_file():
     assert CLAIMS_PATH.name == "claims.yaml" and CLAIMS_PATH.parent.name == "data_manifests"
+
+
+def test_seed_bootstrap_claims_are_not_comparable_without_seed_variance(measured):
+    """Issue 10: P(rank 1) and the paired intervals mean something only when the seeds vary D, C and R."""
+    flat = dict(measured, has_seed_variance=0.0)
+    page = claims_table(CLAIMS, flat, profile_name="paper").set_index("id")
+    boot = CLAIMS[CLAIMS["measure"].fillna("").str.startswith(("p_rank1", "p_top3", "crs_diff_ci"))]["id"]
+    assert len(boot) and (page.loc[boot, "status"] == "not comparable").all()
+    assert (claims_table(CLAIMS, dict(measured, has_seed_variance=1.0), profile_name="paper")
+            .set_index("id").loc[boot, "status"] != "not comparable").all()
