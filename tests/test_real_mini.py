@@ -13,7 +13,8 @@ from crsrepro.profiles import load_profile
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))
 IMAGES = REALDATA / "images"
-pytestmark = pytest.mark.skipif(not IMAGES.is_dir(), reason=f"real images not found at {IMAGES} (set CRSREPRO_REALDATA)")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not IMAGES.is_dir(), reason=f"real images not found at {IMAGES} (set CRSREPRO_REALDATA)")]
 
 FAST = {"encoders": ["demo.color_histogram", "demo.pixel_pca"], "seeds": [0, 1], "label_fractions": [0.25, 1.0],
         "perturbations": ["gaussian_blur", "jpeg"], "severities": [3], "control_probes": {"probes": []}}
