@@ -15,6 +15,7 @@ patient id taken from the path (``patient00001``).
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -24,15 +25,19 @@ from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, lo
                                    read_csv, select_images)
 from crsrepro.errors import DataError
 
+logger = logging.getLogger(__name__)
+
 LABEL_NAMES = list(CHEXPERT_LABELS)
 TASK = "multilabel"
-RELEASE_DIRS = ("CheXpert-v1.0-small", "CheXpert-v1.0")
+RELEASE_DIRS = ("CheXpert-v1.0", "CheXpert-v1.0-small")  # the full release first (DESIGN.md section 3)
 SPLIT_FILES = {"train": "train.csv", "valid": "valid.csv"}
 COLUMNS = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *LABEL_NAMES]
 
 
 def find_release(root: Path) -> Path:
-    """The release folder under ``root``: ``CheXpert-v1.0-small`` if present, else ``CheXpert-v1.0``."""
+    """The release folder under ``root``: the full ``CheXpert-v1.0`` if present (clean images reach each
+    encoder at their stored resolution, so the 320-px small release would cap the resolution), else
+    ``CheXpert-v1.0-small``. The release read is logged and kept in ``attrs["release"]``."""
     for name in RELEASE_DIRS:
         if (root / name / SPLIT_FILES["train"]).is_file():
             return root / name
@@ -81,4 +86,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
     """
     release = find_release(root)
     parts = [_load_split(root, release / name, split, u_policy, images) for split, name in SPLIT_FILES.items()]
-    return pd.concat(parts, ignore_index=True)
+    logger.info("CheXpert: reading the %s release under %s", release.name, root)
+    table = pd.concat(parts, ignore_index=True)
+    table.attrs["release"] = release.name
+    return table
