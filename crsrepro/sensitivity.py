@@ -467,3 +467,107 @@ def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
         rho_crs[i] = _spearman(mean[..., np.searchsorted(names, table.index.to_numpy())], table["target_auroc"].to_numpy())
         rho_auroc[i] = reference[variant[0]].rho_source_auroc
     return rho_crs, rho_auroc
+
+
+# --------------------------------------------------------------------------- the conclusions
+
+def _default_row(table: pd.DataFrame) -> pd.Series:
+    default = table[table["is_default"]]
+    if len(default) != 1:
+        raise SensitivityError(f"the multiverse table has {len(default)} default combinations, expected 1 "
+                               "(see its attrs['notes'])")
+    return default.iloc[0]
+
+
+def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per combination (rows) and conclusion (columns): whether it holds as in the default; and
+    ``{conclusion: the default's value, as text}``."""
+    d = _default_row(table)
+    holds, values = {}, {}
+    holds[f"the leader is {d['leader']}"] = table["leader"] == d["leader"]
+    values[f"the leader is {d['leader']}"] = d["leader"]
+    holds["the top-three set is the default's"] = table["top3"].map(lambda t: t == d["top3"])
+    values["the top-three set is the default's"] = ", ".join(d["top3"])
+    key = f"Kendall tau vs AUROC within {TAU_TOLERANCE} of the default's"
+    holds[key], values[key] = (table["kendall_tau"] - d["kendall_tau"]).abs() <= TAU_TOLERANCE + 1e-12, f"{d['kendall_tau']:.3f}"
+    key = f"reversed pairs within {REVERSAL_TOLERANCE:.0%} of the default's"
+    tolerance = max(1.0, REVERSAL_TOLERANCE * d["reversed_pairs"])
+    holds[key], values[key] = (table["reversed_pairs"] - d["reversed_pairs"]).abs() <= tolerance, str(d["reversed_pairs"])
+
+    def shift(row, encoder):  # rank under AUROC - rank under CRS: positive = rises under the CRS
+        return row["auroc_ranking"].index(encoder) - row["ranking"].index(encoder)
+
+    moves = sorted(((shift(d, e), e) for e in d["ranking"]), key=lambda m: (-abs(m[0]), m[1]))
+    for move, encoder in [m for m in moves if m[0] != 0][:N_MOVES]:
+        key = f"{encoder} {'rises' if move > 0 else 'falls'} under the CRS"
+        holds[key] = table.apply(lambda row: np.sign(shift(row, encoder)) == np.sign(move), axis=1)
+        values[key] = f"{move:+d} ranks"
+    if np.isfinite(d["rho_crs"]):
+        better = d["rho_crs"] > d["rho_auroc"]
+        key = f"rho(CRS, transfer AUROC) {'>' if better else '<='} rho(AUROC, transfer AUROC)"
+        holds[key] = (table["rho_crs"] > table["rho_auroc"]) == better
+        values[key] = f"{d['rho_crs']:.3f} vs {d['rho_auroc']:.3f}"
+    return pd.DataFrame(holds), values
+
+
+def choice_effects(table: pd.DataFrame) -> pd.DataFrame:
+    """How much each choice splits each conclusion: max - min over its levels of the share that holds.
+
+    Returns
+    -------
+    DataFrame
+        One row per choice with more than one level in ``table``, one column per conclusion, and
+        ``mean_spread`` (their mean); sorted by ``mean_spread``, the choice that matters most first.
+    """
+    holds, _ = _holds(table)
+    rows = {}
+    for choice in CHOICES:
+        if table[choice].nunique() > 1:
+            shares = holds.groupby(table[choice].to_numpy()).mean()
+            rows[choice] = shares.max() - shares.min()
+    effects = pd.DataFrame(rows).T
+    effects["mean_spread"] = effects.mean(axis=1)
+    return effects.sort_values("mean_spread", ascending=False)
+
+
+def conclusions(table: pd.DataFrame, analysis=None) -> pd.DataFrame:
+    """For each conclusion of the paper that depends on the CRS, the share of the multiverse where it
+    holds *for this run* (as in the default combination), with a verdict.
+
+    The conclusions: the leader, the top-three set, Kendall tau against AUROC (within
+    :data:`TAU_TOLERANCE`), the reversed pairs (within :data:`REVERSAL_TOLERANCE`), the
+    :data:`N_MOVES` largest rank moves (each keeps its direction) and the external validity (the CRS
+    beats AUROC or not, as in the default). Verdict: ``robust`` when the share is >= :data:`ROBUST`,
+    ``fragile`` below :data:`FRAGILE`, otherwise ``depends on X``, X the choice whose levels split it most.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The output of :func:`multiverse`.
+    analysis : RunAnalysis, optional
+        Not read: the default combination in ``table`` stands for this run (kept for the chapter's call).
+
+    Returns
+    -------
+    DataFrame
+        Indexed by conclusion: ``default`` (its value in the default), ``share``, ``splits_most``,
+        ``spread`` (that choice's max - min share over its levels) and ``verdict``.
+    """
+    holds, values = _holds(table)
+    effects = choice_effects(table)
+    rows = []
+    for name in holds.columns:
+        share = float(holds[name].mean())
+        splits = effects[name].idxmax() if len(effects) else None
+        verdict = "robust" if share >= ROBUST else "fragile" if share < FRAGILE else f"depends on {splits}"
+        rows.append({"conclusion": name, "default": values[name], "share": share, "splits_most": splits,
+                     "spread": float(effects[name].max()) if len(effects) else 0.0, "verdict": verdict})
+    return pd.DataFrame(rows).set_index("conclusion")
+
+
+def matters_most(effects: pd.DataFrame) -> str:
+    """One sentence naming the choice that matters most (:func:`choice_effects`), for the chapter."""
+    first, spread = effects.index[0], effects["mean_spread"].iloc[0]
+    runner_up = (f"; next is {effects.index[1]} ({effects['mean_spread'].iloc[1]:.0%})" if len(effects) > 1 else "")
+    return (f"The choice that matters most is {first}: between its levels, the share of the multiverse in which "
+            f"a conclusion holds differs by {spread:.0%} on average{runner_up}.")
