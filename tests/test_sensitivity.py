@@ -139,3 +139,15 @@ def test_a_bad_space_names_the_file_and_the_key(tmp_path, edit, message):
     with pytest.raises(SensitivityError, match=str(path)) as error:
         load_space(path)
     assert message in str(error.value)
+
+
+def test_specification_curve_marks_every_level_and_the_default(panel):
+    from crsrepro.plots_sensitivity import specification_curve
+
+    _, table = panel
+    fig = specification_curve(table, "kendall_tau")
+    top, bottom = fig.axes
+    assert len(bottom.get_yticklabels()) == sum(table[c].nunique() for c in table.columns[:7] if table[c].nunique() > 1)
+    assert len(top.collections[0].get_offsets()) == 1  # the default combination
+    with pytest.raises(ValueError, match="numeric column"):
+        specification_curve(table, "leader")
