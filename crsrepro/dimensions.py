@@ -57,7 +57,8 @@ def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
     return runs[mask]
 
 
-def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -> pd.DataFrame:
+def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, robustness=robustness_raw,
+                         ece_metric: str = "ece") -> pd.DataFrame:
     """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
 
     Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
@@ -73,6 +74,10 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -
     include_transfer : bool, default True
         Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
         check removes it).
+    robustness : callable, default :func:`crsrepro.metrics.robustness_raw`
+        The aggregate of a cell's AUROC drops (the sensitivity chapter's alternatives, :mod:`crsrepro.sensitivity`).
+    ece_metric : str, default "ece"
+        The runs-table column read as the calibration dimension (``classwise_ece`` for the alternative).
 
     Returns
     -------
@@ -105,9 +110,9 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True) -
             raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
         drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
         row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
-               "ece": full.loc["clean", "ece"],
+               "ece": full.loc["clean", ece_metric],
                "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
-               "robustness": robustness_raw(drops)}
+               "robustness": robustness(drops)}
         if "family" in cell.columns:
             row["family"] = cell["family"].iloc[0]
         rows.append(row)
