@@ -139,8 +139,12 @@ class Plan:
             f"compute plan for profile {self.profile!r}: {self.n_runs:,} runs of the linear-probe grid",
             "per stage\n" + self.stages.to_string(index=False, formatters=fmt),
             "per encoder (extraction + LoRA)\n" + self.encoders.to_string(index=False, formatters=fmt),
-            "images per dataset (train / val per seed, test fixed)\n" + self.images.to_string(index=False),
+            "images per dataset (train / val per seed, test fixed)\n"
+            + self.images.drop(columns="source").to_string(index=False) + "\n"
+            + "\n".join(f"  {r.dataset}: {r.source}" for r in self.images.itertuples()),
             "throughputs\n" + rates,
+            "not counted: the depth taps' extra cache arrays (the profile does not name the depth-sweep pairs; "
+            "their forward passes are the final layer's) and the images' own disk",
         ])
 
 
@@ -153,7 +157,10 @@ def _dataset_images(profile: Profile, dataset: str) -> tuple[int, str]:
         return counts[dataset], "demo_world.n_images"
     if dataset in profile.data.subsample:
         return profile.data.subsample[dataset], "data.subsample"
-    return DATASET_IMAGES[dataset]
+    count, source = DATASET_IMAGES[dataset]
+    if profile.data.images == "present-only":  # a partial download is read as it is
+        source += "; an upper bound, since data.images is present-only"
+    return count, source
 
 
 def _forward_rate(spec, device: str) -> tuple[float, bool]:
@@ -211,7 +218,9 @@ def plan(profile: Profile | str) -> Plan:
     n_runs = 0
     for encoder, dataset in the_cells:
         spec, row = get_spec(encoder), images.loc[dataset]
-        per_fit = lambda f: probe_unit * max(1, round(row.train * f)) * spec.embed_dim * row.n_outputs * n_c  # noqa: E731
+        def per_fit(fraction):  # seconds of one fit (every C value) on the fraction's labelled train images
+            return probe_unit * max(1, round(row.train * fraction)) * spec.embed_dim * row.n_outputs * n_c
+
         linear_s += n_seeds * sum(per_fit(f) for f in fractions)
         control_s += n_seeds * len(profile.control_probes.probes) * sum(per_fit(f) for f in control_fractions)
         n_runs += n_seeds * len(fractions) * len(conditions_for(profile, dataset))

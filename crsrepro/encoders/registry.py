@@ -320,7 +320,8 @@ def load_weights_strictly(spec: EncoderSpec, module: torch.nn.Module, state_dict
     A checkpoint that only half-fits is the wrong checkpoint; ``what`` names the architecture in the message.
     """
     expected = module.state_dict()
-    wrong = [k for k, v in state_dict.items() if k in expected and tuple(getattr(v, "shape", ())) != tuple(expected[k].shape)]
+    wrong = [k for k, v in state_dict.items()
+             if k in expected and tuple(getattr(v, "shape", ())) != tuple(expected[k].shape)]
     if wrong:  # torch would raise a bare RuntimeError
         k = wrong[0]
         raise MissingWeightsError(f"{spec.id}: {source} does not fit {what}: {len(wrong)} tensors of the wrong shape "
