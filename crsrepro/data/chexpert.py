@@ -8,10 +8,10 @@ Release layout read here (the "small" or the full download)::
 
 (or the same under ``CheXpert-v1.0``). Kaggle's flattened copy (train.csv, valid.csv, train/ and valid/
 directly in the download folder) is refused with the command that restores this layout. The ``Path``
-column is relative to ``<root>``. train.csv and valid.csv are merged and their origin kept in ``source_split`` (``train`` / ``valid``). Lateral views
-are left out on purpose [ours: the paper's 191,229 images equal the frontal train + valid images] and
-counted in the log. A blank label is 0; an uncertain -1 follows ``u_policy``. The group is the
-patient id taken from the path (``patient00001``).
+column is relative to ``<root>``. train.csv and valid.csv are merged and their origin kept in
+``source_split`` (``train`` / ``valid``). Lateral views are left out on purpose [ours: the paper's
+191,229 images equal the frontal train + valid images] and counted in the log. A blank label is 0;
+an uncertain -1 follows ``u_policy``. The group is the patient id taken from the path (``patient00001``).
 """
 
 from __future__ import annotations
