@@ -8,6 +8,7 @@
     crsrepro run [--profile demo]             run the grid (resumes; skips finished runs) -> results.parquet
     crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
+    crsrepro plan [--profile demo]            GPU-hours, CPU-hours and cache disk of a profile, per stage
     crsrepro check-weights [--encoder ID]     load local paper-encoder weights strictly on the CPU, report
     crsrepro recalibrate --scores local.csv --labels COLUMN --out calibrated.csv   recalibrate a local cohort
     crsrepro quality-check --images DIR [--reference DIR]   image-quality statistics and outliers
@@ -119,6 +120,12 @@ def _cmd_quality_check(args) -> None:
                                    skip_unreadable=args.skip_unreadable).lines()))
 
 
+def _cmd_plan(args) -> None:
+    from crsrepro.plan import plan
+
+    print(plan(args.profile).to_text())
+
+
 def _cmd_list(args) -> None:
     if args.what == "profiles":
         from crsrepro.profiles import list_profiles
@@ -201,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                  "flagged (default 3.5)")
     p.add_argument("--skip-unreadable", action="store_true", help="count and list unreadable images instead of "
                                                                   "stopping at the first")
+    add("plan", _cmd_plan, "count the images, forward passes, fits and LoRA steps of a profile and print its "
+        "GPU-hours, CPU-hours and feature-cache disk (no data needed)")
     p = add("list", _cmd_list, "list profiles, encoders or notebooks", book_root=True)
     p.add_argument("what", choices=["profiles", "encoders", "notebooks"])
     return parser

@@ -155,6 +155,10 @@ def load_dataset(name: str, root, *, u_policy: str = "ignore", images: str = "al
 def read_image(path) -> Image.Image:
     """Open an image file as an RGB PIL image (grayscale radiographs are replicated to 3 channels).
 
+    A 16-bit grayscale image (PIL modes ``I;16*`` and ``I``, as 16-bit PNG radiographs open) is scaled
+    to 8 bits by its bit depth, ``value // 257`` [ours: no windowing], instead of PIL's clipping at
+    255, which would turn it white. CMYK, palette and alpha images are converted by PIL.
+
     Raises
     ------
     DataError
@@ -162,6 +166,9 @@ def read_image(path) -> Image.Image:
     """
     try:
         with Image.open(path) as image:
+            if image.mode.startswith("I"):
+                pixels = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) // 257
+                return Image.fromarray(pixels.astype(np.uint8)).convert("RGB")
             return image.convert("RGB")
     except FileNotFoundError:
         raise DataError(f"{path}: image file not found") from None

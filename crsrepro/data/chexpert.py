@@ -6,11 +6,12 @@ Release layout read here (the "small" or the full download)::
     <root>/CheXpert-v1.0-small/valid.csv
     <root>/CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg ...
 
-(or the same under ``CheXpert-v1.0``). The ``Path`` column is relative to ``<root>``. train.csv and
-valid.csv are merged and their origin kept in ``source_split`` (``train`` / ``valid``). Lateral views
-are left out on purpose [ours: the paper's 191,229 images equal the frontal train + valid images] and
-counted in the log. A blank label is 0; an uncertain -1 follows ``u_policy``. The group is the
-patient id taken from the path (``patient00001``).
+(or the same under ``CheXpert-v1.0``). Kaggle's flattened copy (train.csv, valid.csv, train/ and valid/
+directly in the download folder) is refused with the command that restores this layout. The ``Path``
+column is relative to ``<root>``. train.csv and valid.csv are merged and their origin kept in
+``source_split`` (``train`` / ``valid``). Lateral views are left out on purpose [ours: the paper's
+191,229 images equal the frontal train + valid images] and counted in the log. A blank label is 0;
+an uncertain -1 follows ``u_policy``. The group is the patient id taken from the path (``patient00001``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def find_release(root: Path) -> Path:
     for name in RELEASE_DIRS:
         if (root / name / SPLIT_FILES["train"]).is_file():
             return root / name
+    flat = root / SPLIT_FILES["train"]
+    if flat.is_file() and "Frontal/Lateral" in flat.open(errors="replace").readline():
+        raise DataError(f"{flat}: Kaggle's flattened CheXpert copy (train.csv directly in the download folder, "
+                        f"while its Path column starts with {RELEASE_DIRS[0]}/); put it back in the release "
+                        f"layout: cd {root} && mkdir {RELEASE_DIRS[0]} && mv train.csv valid.csv train valid "
+                        f"{RELEASE_DIRS[0]}/")
     raise DataError(f"{root}: no CheXpert release found (expected "
                     f"{' or '.join(str(root / d / 'train.csv') for d in RELEASE_DIRS)})")
 

@@ -55,7 +55,8 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
         f"(expected exactly one of {LABEL_NAMES})"))
     check_unique(gt["image"], gt_path, "image")
 
-    meta = meta.drop_duplicates("image").set_index("image")
+    check_unique(meta["image"], meta_path, "image")
+    meta = meta.set_index("image")
     check_rows(gt["image"].isin(meta.index), gt_path,
                lambda i: f"image {gt['image'].iloc[i]} has no row in {meta_path}")
     meta = meta.loc[gt["image"]]

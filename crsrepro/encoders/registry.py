@@ -319,6 +319,14 @@ def load_weights_strictly(spec: EncoderSpec, module: torch.nn.Module, state_dict
 
     A checkpoint that only half-fits is the wrong checkpoint; ``what`` names the architecture in the message.
     """
+    expected = module.state_dict()
+    wrong = [k for k, v in state_dict.items()
+             if k in expected and tuple(getattr(v, "shape", ())) != tuple(expected[k].shape)]
+    if wrong:  # torch would raise a bare RuntimeError
+        k = wrong[0]
+        raise MissingWeightsError(f"{spec.id}: {source} does not fit {what}: {len(wrong)} tensors of the wrong shape "
+                                  f"(e.g. {k}: {tuple(state_dict[k].shape)} in the file, {tuple(expected[k].shape)} "
+                                  f"in the network)")
     missing, unexpected = module.load_state_dict(state_dict, strict=False)
     if missing or unexpected or not state_dict:
         raise MissingWeightsError(
