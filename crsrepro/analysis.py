@@ -173,7 +173,9 @@ class RunAnalysis:
         return has_seed_variance(self.reliability_profiles)
 
     def case_probabilities(self, dataset: str, *, condition: str = "clean", recalibrator: str = "none"):
-        """The full-label linear probe's per-case test probabilities of every encoder on ``dataset``.
+        """The full-label linear probe's per-case probabilities of every encoder on ``dataset`` under a
+        test ``condition``, as stored by the grid (:data:`crsrepro.results.CASES_LAYOUT`; the seeds' val
+        splits differ in size, so read them with :meth:`crsrepro.results.ResultStore.read_cases`).
 
         Returns
         -------
@@ -187,10 +189,11 @@ class RunAnalysis:
                             & (self.results["label_fraction"] == 1.0) & (self.results["layer"] == "final")
                             & (self.results["regime"] == "frozen")]
         keys = rows.groupby(["encoder", "seed"])["rowset"].first()
+        cases = condition if is_transfer(condition) else "clean"  # the test split (CASES_LAYOUT)
         labels, probs = None, {}
         for encoder in sorted(keys.index.get_level_values("encoder").unique()):
             arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
-            labels = arrays[0][f"labels|{condition}"]
+            labels = arrays[0][f"labels|{cases}"]
             probs[encoder] = np.stack([a[f"probs|{condition}|{recalibrator}"] for a in arrays])
         if labels is None:
             raise CrsreproError(f"no full-label linear probe on {dataset} in these results")

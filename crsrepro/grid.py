@@ -378,9 +378,11 @@ class _Unit:
             rows += _rows({**base, "condition": condition, "recalibrator": NO_RECALIBRATION},
                           _score(self.view.task, self._labels(condition), self._probs(probs, condition)))
         if self.probe == LINEAR and fraction == 1.0:
-            cases.update({f"probs|{c}|{NO_RECALIBRATION}": self._probs(p, c) for c, p in test_probs.items()
-                          if c == CLEAN or self._transfer(c)})
-            rows += self._recalibrated(base, probe.predict_proba(feats["pool"][self.val_rows]), test_probs, cases)
+            val_probs = probe.predict_proba(feats["pool"][self.val_rows])
+            cases.update({f"probs|{c}|{NO_RECALIBRATION}": self._probs(p, c) for c, p in test_probs.items()})
+            cases.update({f"probs|val|{NO_RECALIBRATION}": val_probs, "labels|val": self.val.labels,
+                          "image_id|val": self.val.images["image_id"].to_numpy(dtype=str)})
+            rows += self._recalibrated(base, val_probs, test_probs, cases)
         return rows
 
     def _fit(self, feats: dict) -> dict:
@@ -436,7 +438,9 @@ class _Unit:
 
 
 def _case_arrays(view: _DatasetView, cases: dict) -> dict[str, np.ndarray]:
-    """A unit's per-case arrays with the labels and image ids they belong to."""
+    """A unit's per-case arrays (:data:`crsrepro.results.CASES_LAYOUT`) with the labels and image ids
+    they belong to: ``clean`` names the test split (whose images every perturbed condition degrades),
+    ``val`` the seed's val split, and each transfer set its own name."""
     out = {"labels|clean": view.test.labels, "image_id|clean": view.test.images["image_id"].to_numpy(dtype=str)}
     for transfer in view.transfers:
         out[f"labels|{transfer.name}"] = transfer.split.labels

@@ -46,8 +46,18 @@ import pandas as pd
 from crsrepro.errors import CrsreproError
 from crsrepro.io import atomic_write, atomic_write_parquet, content_key, git_hash  # noqa: F401 (git_hash re-exported)
 
-#: Bump when the meaning of a row-set changes (metrics, probe protocol): old row-sets are then ignored.
-CACHE_VERSION = 2  # 2: per-seed train/val splits, keys derived from the feature keys they read
+#: Bump when the meaning of a row-set changes (metrics, probe protocol, its per-case arrays): old
+#: row-sets are then ignored.
+CACHE_VERSION = 3  # 2: per-seed train/val splits, keys derived from the feature keys they read; 3: cases
+
+CASES_LAYOUT = """The per-case arrays of a full-label linear probe's row-set (``<output_dir>/cases/<rowset>.npz``):
+
+- ``probs|<condition>|none`` for every test condition (clean, each perturbation, each transfer set),
+  ``probs|clean|<recalibrator>`` for the four recalibrators, and ``probs|val|none`` on the seed's val
+  split (thresholds and calibration maps are chosen there); probabilities are float16;
+- ``labels|<set>`` and ``image_id|<set>`` for the sets ``clean`` (the test split, whose images every
+  perturbed condition degrades), ``val`` and each transfer set.
+"""
 
 RUN_KEYS = ["encoder", "family", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
             "recalibrator"]
