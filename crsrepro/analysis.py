@@ -285,8 +285,18 @@ class RunAnalysis:
         return measure(self)
 
     @cached_property
-    def claims(self) -> pd.DataFrame:
-        """The claims table: the paper's numbers beside this run's (:func:`crsrepro.claims.claims_table`)."""
-        from crsrepro.claims import claims_table, load_claims
+    def multiverse(self) -> pd.DataFrame:
+        """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.sensitivity.multiverse`)."""
+        from crsrepro.sensitivity import multiverse
 
-        return claims_table(load_claims(), self.measurements, profile_name=self.profile.name)
+        return multiverse(self, rng=self.rng)
+
+    @cached_property
+    def claims(self) -> pd.DataFrame:
+        """The claims table: the paper's numbers beside this run's (:func:`crsrepro.claims.claims_table`),
+        with the multiverse share of the claims that depend on an [ours] choice of the CRS."""
+        from crsrepro.claims import claims_table, load_claims
+        from crsrepro.measurements import multiverse_shares
+
+        return claims_table(load_claims(), self.measurements, profile_name=self.profile.name,
+                            multiverse=multiverse_shares(self.multiverse))

@@ -201,7 +201,8 @@ def _status(claim, measured: dict, profile_name: str) -> tuple[str, object, str]
     return "not measured", None, "; ".join([f"needs {claim.notebook}: this run has no `{claim.measure}`"] + note)
 
 
-def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str) -> pd.DataFrame:
+def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str,
+                 multiverse: dict | None = None) -> pd.DataFrame:
     """The claims page: each paper number beside this run's value, with a status.
 
     Parameters
@@ -213,6 +214,10 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str) -> 
         ``(low, high)`` tuple, or None for "not available").
     profile_name : str
         The profile the measurements come from; ``paper``-scope claims are compared only on ``paper``.
+    multiverse : dict, optional
+        ``{measurement name: share}`` (:func:`crsrepro.measurements.multiverse_shares`): for a claim that
+        depends on an [ours] choice of the CRS, the share of the multiverse of those choices in which this
+        run agrees with the paper's direction; shown in a ``multiverse`` column when given.
 
     Returns
     -------
@@ -244,11 +249,15 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str) -> 
     rows = []
     for claim in claims.itertuples(index=False):
         status, value, note = _status(claim, measured, profile_name)
-        rows.append({"id": claim.id, "claim": claim.gloss, "source": claim.source,
-                     "paper value": format_value(claim.value), "this run": format_value(value),
-                     "notebook": claim.notebook, "status": status, "note": note})
-    return pd.DataFrame(rows, columns=["id", "claim", "source", "paper value", "this run", "notebook", "status",
-                                       "note"])
+        row = {"id": claim.id, "claim": claim.gloss, "source": claim.source,
+               "paper value": format_value(claim.value), "this run": format_value(value),
+               "notebook": claim.notebook, "status": status, "note": note}
+        if multiverse is not None:
+            share = multiverse.get(claim.measure) if claim.measure else None
+            row["multiverse"] = "" if share is None else f"{share:.0%}"
+        rows.append(row)
+    columns = ["id", "claim", "source", "paper value", "this run", "notebook", "status", "note"]
+    return pd.DataFrame(rows, columns=columns + (["multiverse"] if multiverse is not None else []))
 
 
 def reversed_pairs_for_tau(tau: float, n_encoders: int, *, decimals: int = 3) -> int:

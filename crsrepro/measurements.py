@@ -268,3 +268,29 @@ def measure(a: RunAnalysis) -> dict:
             logger.warning("claims: %s (%s) measured nothing on profile %s: %s", analysis.__name__.strip("_"),
                            chapter, a.profile.name, exc)
     return {name: _plain(value) for name, value in measured.items()}
+
+
+#: For the claims whose value depends on an [ours] choice of the CRS: the direction the paper reports,
+#: as a test on one row of the multiverse (:func:`crsrepro.sensitivity.multiverse`).
+PAPER_DIRECTIONS = {
+    "auroc_crs_kendall_tau": ("the CRS reorders the AUROC ranking (tau < 1)", lambda row: row["kendall_tau"] < 1),
+    "auroc_crs_reversed_pairs": ("some pairs are reversed", lambda row: row["reversed_pairs"] > 0),
+    "external_validity_rho:crs": ("CRS predicts transfer AUROC worse than source AUROC",
+                                  lambda row: row["rho_crs"] < row["rho_auroc"]),
+    "external_validity_rho:auroc": ("source AUROC predicts transfer AUROC better than the CRS",
+                                    lambda row: row["rho_crs"] < row["rho_auroc"]),
+}
+
+
+def multiverse_shares(table: pd.DataFrame) -> dict:
+    """``{measurement name: share of the multiverse in which this run agrees with the paper's
+    direction}`` for the claims of :data:`PAPER_DIRECTIONS` (issue 15: the claims page's multiverse
+    column). A combination whose statistic is undefined (NaN) counts as not agreeing."""
+    out = {}
+    for measure, (_, agrees) in PAPER_DIRECTIONS.items():
+        needed = {"auroc_crs_kendall_tau": ["kendall_tau"], "auroc_crs_reversed_pairs": ["reversed_pairs"]}.get(
+            measure, ["rho_crs", "rho_auroc"])
+        valid = table[needed].notna().all(axis=1)
+        if valid.any():
+            out[measure] = float(table[valid].apply(agrees, axis=1).sum() / len(table))
+    return out

@@ -332,3 +332,18 @@ def test_seed_bootstrap_claims_are_not_comparable_without_seed_variance(measured
     assert len(boot) and (page.loc[boot, "status"] == "not comparable").all()
     assert (claims_table(CLAIMS, dict(measured, has_seed_variance=1.0), profile_name="paper")
             .set_index("id").loc[boot, "status"] != "not comparable").all()
+
+
+def test_the_multiverse_column_gives_the_share_that_agrees_with_the_paper(measured):
+    """Issue 15: for a claim that depends on an [ours] choice, the share of the multiverse agreeing with
+    the paper's direction (tau < 1; CRS a worse predictor of the transfer AUROC than source AUROC)."""
+    from crsrepro.measurements import multiverse_shares
+
+    table = pd.DataFrame({"kendall_tau": [1.0, 0.6, 0.2, np.nan], "reversed_pairs": [0, 3, 5, 1],
+                          "rho_crs": [0.5, 0.9, 0.1, 0.2], "rho_auroc": [0.8, 0.8, 0.8, np.nan]})
+    shares = multiverse_shares(table)
+    assert shares["auroc_crs_kendall_tau"] == 0.5 and shares["auroc_crs_reversed_pairs"] == 0.75
+    assert shares["external_validity_rho:crs"] == 0.5
+    page = claims_table(CLAIMS, measured, profile_name="paper", multiverse=shares).set_index("id")
+    assert page.loc["auroc_crs_kendall_tau", "multiverse"] == "50%" and page.loc["n_runs", "multiverse"] == ""
+    assert "multiverse" not in claims_table(CLAIMS, measured, profile_name="paper").columns
