@@ -519,3 +519,38 @@ def aulc_vs_retention(runs: pd.DataFrame) -> AulcVsRetention:
                                          for m in ("aulc", "retention")}
                                  for level, t in (("encoder", by_encoder), ("cell", cells))})
     return AulcVsRetention(cells=cells, correlations=correlations)
+
+
+def probe_conclusions(runs: pd.DataFrame, *, probes=("linear", "mlp", "knn")) -> pd.DataFrame:
+    """Do the paper's conclusions depend on the classifier? (DESIGN.md section 7, issue 10.)
+
+    For each probe with a complete grid in ``runs``, the four-dimensional reliability profiles, the CRS
+    against a frame frozen from that probe's own panel [ours: reference-relative within the same probe,
+    as the linear probe's CRS is], and the agreement of its AUROC and CRS rankings; plus how its CRS
+    ranking agrees with the linear probe's. A probe without a complete grid is left out (logged).
+
+    Returns
+    -------
+    DataFrame
+        One row per probe: ``n_encoders``, ``auroc_crs_kendall_tau``, ``auroc_crs_reversed_pairs``,
+        ``n_pairs``, ``auroc_leader``, ``crs_leader``, ``crs_vs_linear_kendall_tau``.
+    """
+    aggregates, rows = {}, []
+    for probe in probes:
+        try:
+            profiles = reliability_profiles(runs, probe=probe)
+        except ProfileTableError as exc:
+            logger.info("probe_conclusions: %s has no complete grid (%s)", probe, exc)
+            continue
+        aggregate = aggregate_crs(crs_scores(profiles, ReferenceFrame.freeze(profiles)))
+        aggregates[probe] = aggregate
+        agreement = rank_agreement(aggregate["auroc"].to_dict(), aggregate["crs"].to_dict())
+        rows.append({"probe": probe, "n_encoders": len(aggregate), "auroc_crs_kendall_tau": agreement.kendall_tau,
+                     "auroc_crs_reversed_pairs": agreement.reversed_pairs, "n_pairs": agreement.n_pairs,
+                     "auroc_leader": aggregate["auroc"].idxmax(), "crs_leader": aggregate["crs"].idxmax()})
+    table = pd.DataFrame(rows).set_index("probe")
+    if "linear" in aggregates:
+        table["crs_vs_linear_kendall_tau"] = [
+            rank_agreement(aggregates["linear"]["crs"].to_dict(), aggregates[p]["crs"].to_dict()).kendall_tau
+            for p in table.index]
+    return table

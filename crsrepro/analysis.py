@@ -246,6 +246,13 @@ class RunAnalysis:
         return control_probe_agreement(self.runs)
 
     @cached_property
+    def probe_conclusions(self) -> pd.DataFrame:
+        """AUROC vs CRS rank agreement under the linear probe and each control (issue 10)."""
+        from crsrepro.analyses import probe_conclusions
+
+        return probe_conclusions(self.runs)
+
+    @cached_property
     def recalibration(self):
         """ECE before and after each recalibrator, per cell and overall."""
         from crsrepro.analyses import recalibration_summary

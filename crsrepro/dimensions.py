@@ -58,7 +58,7 @@ def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
 
 
 def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, robustness=robustness_raw,
-                         ece_metric: str = "ece") -> pd.DataFrame:
+                         ece_metric: str = "ece", probe: str = "linear") -> pd.DataFrame:
     """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
 
     Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
@@ -78,6 +78,8 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
         The aggregate of a cell's AUROC drops (the sensitivity chapter's alternatives, :mod:`crsrepro.sensitivity`).
     ece_metric : str, default "ece"
         The runs-table column read as the calibration dimension (``classwise_ece`` for the alternative).
+    probe : str, default "linear"
+        The probe whose runs are read (the primary linear probe, or a control: ``mlp``, ``knn``).
 
     Returns
     -------
@@ -90,7 +92,7 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
     ProfileTableError
         A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
     """
-    primary = select_runs(runs)
+    primary = select_runs(runs, probe=probe)
     key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
     dup = primary.duplicated(key, keep=False)
     if dup.any():

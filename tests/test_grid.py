@@ -118,3 +118,15 @@ def test_label_budget_nests_val_subsets_of_the_same_fraction(home):
     assert len(unit.val_subsets[0.25]) < n_val and len(unit.val_subsets[1.0]) == n_val
     assert np.isin(unit.val_subsets[0.25], unit.val_subsets[1.0]).all()
     assert set(unit.val.labels[unit.val_subsets[0.25]]) == set(unit.val.labels)  # every class kept
+
+
+def test_the_controls_give_their_own_reliability_profiles_and_conclusions(home):
+    """Issue 10: MLP and k-NN run on every fraction and condition, and the conclusions (AUROC vs CRS
+    rankings) are computed under each probe."""
+    profile = micro(control_probes={"probes": ["knn"]})
+    results = grid.run_grid(profile, progress=False)
+    knn = results[results["probe"] == "knn"]
+    assert set(knn["label_fraction"]) == {0.25, 1.0} and set(knn["condition"]) == {"clean", "jpeg@3"}
+    table = RunAnalysis(profile, results).probe_conclusions
+    assert list(table.index) == ["linear", "knn"] and (table["n_encoders"] == 2).all()
+    assert table.loc["linear", "crs_vs_linear_kendall_tau"] == 1.0
