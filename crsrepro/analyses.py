@@ -554,3 +554,48 @@ def probe_conclusions(runs: pd.DataFrame, *, probes=("linear", "mlp", "knn")) ->
             rank_agreement(aggregates["linear"]["crs"].to_dict(), aggregates[p]["crs"].to_dict()).kendall_tau
             for p in table.index]
     return table
+
+
+def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_seeds: int = 5,
+                        n_subsets: int = 40, n_resamples: int = 1000, level: float = 0.95, rng=0) -> pd.DataFrame:
+    """How much a seed bootstrap over ``n_seeds`` seeds under-covers (issue 10), from a run with many.
+
+    From a run with S > ``n_seeds`` seeds (the ``demo-seeds20`` profile has 20), ``n_subsets`` random
+    subsets of ``n_seeds`` seeds are drawn; on each, the seed-paired bootstrap gives the ``level``
+    interval of every paired aggregate-CRS difference, and we ask whether it contains the difference
+    estimated from all S seeds (the best estimate of the truth this run has). The share that does is
+    the empirical coverage of an ``n_seeds``-seed interval; the nominal is ``level``. (A percentile
+    interval over 5 units sees at most 126 distinct resamples, so it is expected to be too narrow.)
+
+    Returns
+    -------
+    DataFrame
+        One row per pair (a, b): ``estimate_all_seeds``, ``coverage``, ``mean_width``; ``attrs`` holds
+        the overall ``coverage``, ``level``, ``n_seeds``, ``n_all_seeds`` and ``n_subsets``.
+    """
+    from crsrepro.stats import seed_paired_bootstrap
+
+    seeds = np.sort(per_seed_profiles["seed"].unique())
+    if len(seeds) <= n_seeds:
+        raise ProfileTableError(f"per-seed profiles: {len(seeds)} seeds; the coverage of a {n_seeds}-seed bootstrap "
+                                f"needs a run with more (e.g. the demo-seeds20 profile)")
+    generator = _as_generator(rng)
+    full = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"]
+    encoders = sorted(full.index)
+    pairs = [(a, b) for i, a in enumerate(encoders) for b in encoders[i + 1:]]
+    hits = np.zeros(len(pairs))
+    widths = np.zeros(len(pairs))
+    for _ in range(n_subsets):
+        chosen = generator.choice(seeds, size=n_seeds, replace=False)
+        boot = seed_paired_bootstrap(per_seed_profiles[per_seed_profiles["seed"].isin(chosen)], frame,
+                                     n_resamples=n_resamples, rng=generator)
+        for k, (a, b) in enumerate(pairs):
+            ci = boot.paired_diff_ci(a, b, level)
+            hits[k] += ci.ci_low <= full[a] - full[b] <= ci.ci_high
+            widths[k] += ci.ci_high - ci.ci_low
+    table = pd.DataFrame({"a": [a for a, _ in pairs], "b": [b for _, b in pairs],
+                          "estimate_all_seeds": [full[a] - full[b] for a, b in pairs],
+                          "coverage": hits / n_subsets, "mean_width": widths / n_subsets})
+    table.attrs = {"coverage": float(hits.sum() / (n_subsets * len(pairs))), "level": level, "n_seeds": n_seeds,
+                   "n_all_seeds": len(seeds), "n_subsets": n_subsets}
+    return table

@@ -215,6 +215,16 @@ class RunAnalysis:
                                                device=device)
         return out
 
+    def seed_count_coverage(self, n_seeds: int = 5, n_subsets: int = 40):
+        """How often an ``n_seeds``-seed bootstrap interval contains this run's all-seed estimate
+        (:func:`crsrepro.analyses.seed_count_coverage`; needs a run with many seeds, such as the
+        ``demo-seeds20`` profile). The frame is frozen in memory from this run's own panel."""
+        from crsrepro.analyses import seed_count_coverage
+        from crsrepro.crs import ReferenceFrame
+
+        return seed_count_coverage(self.reliability_profiles, ReferenceFrame.freeze(self.reliability_profiles),
+                                   n_seeds=n_seeds, n_subsets=n_subsets, rng=self.rng)
+
     # ------------------------------------------------------------------ the paper's analyses
     @cached_property
     def insertion(self):

@@ -46,7 +46,7 @@ def test_both_entry_points_list_profiles(entry, tmp_path):
     from pathlib import Path
     exe = entry if entry[0] != "crsrepro" else [str(Path(sys.executable).parent / "crsrepro")]
     result = subprocess.run([*exe, "list", "profiles"], capture_output=True, text=True, cwd=tmp_path)
-    assert result.returncode == 0 and result.stdout.split() == ["demo", "paper", "real-mini", "smoke"]
+    assert result.returncode == 0 and result.stdout.split() == ["demo", "demo-seeds20", "paper", "real-mini", "smoke"]
 
 
 def test_score_without_a_frozen_frame_says_so(tmp_path):

@@ -218,3 +218,14 @@ def test_cell_profiles_errors_name_the_cell():
     no_perturbation = RUNS[~RUNS.condition.str.contains("@")]
     with pytest.raises(ProfileTableError, match="no perturbation run"):
         cell_profiles(no_perturbation)
+
+
+def test_seed_count_coverage_measures_how_much_few_seeds_under_cover():
+    """Issue 10: 5-seed intervals judged against the estimate from all 20 seeds."""
+    profiles = cell_profiles(make_runs(seeds=tuple(range(20))))
+    frame = ReferenceFrame.freeze(profiles)
+    table = analyses.seed_count_coverage(profiles, frame, n_seeds=5, n_subsets=6, n_resamples=200, rng=0)
+    assert len(table) == 15 and table["coverage"].between(0, 1).all() and (table["mean_width"] > 0).all()
+    assert table.attrs["n_all_seeds"] == 20 and 0 <= table.attrs["coverage"] <= 1
+    with pytest.raises(ProfileTableError, match="demo-seeds20"):
+        analyses.seed_count_coverage(cell_profiles(make_runs(seeds=(0, 1, 2))), frame, n_seeds=5)
