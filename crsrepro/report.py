@@ -147,9 +147,7 @@ def frame_note(analysis):
     if analysis.frame_warning is None:
         return None
     return _admonition("warning", "The reference frame does not match these results",
-                       f"{analysis.frame_warning}\n\nThe CRS below are scored against the frame as frozen. "
-                       f"Refreeze it with `crsrepro freeze-frame --profile {analysis.profile.name}` "
-                       "if these results are the ones to publish.")
+                       analysis.frame_warning)
 
 
 def chapter_claims(claims: pd.DataFrame, notebook: str) -> pd.DataFrame:
@@ -201,44 +199,27 @@ def normalised_profiles(analysis) -> pd.DataFrame:
     return table.assign(family=table["encoder"].map(encoder_families(analysis)))
 
 
-def case_probabilities(analysis, encoder: str | None = None, dataset: str | None = None, *, seed: int | None = None,
+def reliability_inputs(analysis, encoder: str | None = None, dataset: str | None = None, *, seed: int | None = None,
                        recalibrator: str = "temperature", condition: str = "clean") -> dict:
-    """The test labels and probabilities of one full-label linear probe, before and after
-    ``recalibrator``, as keyword arguments of :func:`crsrepro.plots.reliability_diagram`.
+    """One full-label linear probe's test labels and probabilities, before and after ``recalibrator``,
+    as keyword arguments of :func:`crsrepro.plots.reliability_diagram`.
 
-    They are read from the row-set's case file (``<output_dir>/cases/<rowset>.npz``, keys
-    ``labels|<condition>`` and ``probs|<condition>|<recalibrator>``). ``encoder`` defaults to the
-    AUROC leader, ``dataset`` to the profile's first, ``seed`` to its first.
+    The probabilities are :meth:`crsrepro.analysis.RunAnalysis.case_probabilities` (the row-set's
+    case file) of ``encoder``'s ``seed``. ``encoder`` defaults to the AUROC leader, ``dataset`` to the
+    profile's first, ``seed`` to its first.
     """
-    from crsrepro.errors import CrsreproError
-    from crsrepro.results import ResultStore
-    from crsrepro.vocab import NO_RECALIBRATION, PRIMARY
+    from crsrepro.data import get_spec
+    from crsrepro.vocab import NO_RECALIBRATION
 
     encoder = encoder or analysis.aggregate["rank_auroc"].idxmin()
     dataset = dataset or analysis.profile.datasets[0]
     seed = analysis.profile.seeds[0] if seed is None else seed
-    results = analysis.results
-    keep = ((results["encoder"] == encoder) & (results["dataset"] == dataset) & (results["seed"] == seed)
-            & np.isclose(results["label_fraction"], 1.0) & (results["condition"] == condition)
-            & (results["recalibrator"] == recalibrator))
-    for column in ("probe", "layer", "regime"):
-        keep &= results[column] == PRIMARY[column]
-    rowsets = results.loc[keep, "rowset"].unique()
-    if len(rowsets) != 1:
-        raise CrsreproError(f"{len(rowsets)} row-sets of the results hold {encoder} on {dataset}, seed {seed}, "
-                            f"{condition}, recalibrator {recalibrator} (expected one)")
-    store = ResultStore(analysis.profile.output_path)
-    cases = store.read_cases(rowsets[0])
-    where = f"{store.cases_path(rowsets[0])}"
-    keys = [f"labels|{condition}", f"probs|{condition}|{NO_RECALIBRATION}", f"probs|{condition}|{recalibrator}"]
-    missing = [k for k in keys if k not in cases]
-    if missing:
-        raise CrsreproError(f"{where}: no key(s) {', '.join(missing)} (has {', '.join(sorted(cases))})")
-    y_true = cases[keys[0]]
-    return {"y_true": y_true, "probs_before": cases[keys[1]], "probs_after": cases[keys[2]],
-            "task": "multilabel" if y_true.ndim == 2 else "multiclass",
-            "labels": ("no recalibration", recalibrator),
-            "title": f"{encoder} on {dataset} (seed {seed}, {condition})"}
+    index = list(analysis.profile.seeds).index(seed)
+    labels, before = analysis.case_probabilities(dataset, condition=condition, recalibrator=NO_RECALIBRATION)
+    _, after = analysis.case_probabilities(dataset, condition=condition, recalibrator=recalibrator)
+    return {"y_true": labels, "probs_before": before[encoder][index].astype(float),
+            "probs_after": after[encoder][index].astype(float), "task": get_spec(dataset).task,
+            "labels": ("no recalibration", recalibrator), "title": f"{encoder} on {dataset} (seed {seed}, {condition})"}
 
 
 # --------------------------------------------------------------------------- this run's numbers, for the prose
@@ -263,6 +244,11 @@ def _pct(value) -> str:
     return "n/a" if not np.isfinite(value) else f"{100 * value:.0f} %"
 
 
+#: The chapters whose prose quotes this run's numbers (:func:`chapter_numbers`).
+CHAPTERS = ("00_setup", "01_discrimination", "02_calibration", "03_label_efficiency", "04_robustness",
+            "05_crs_bootstrap", "08_claims")
+
+
 def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
     """This run's numbers that ``notebook``'s prose quotes, formatted, keyed by their glue name.
 
@@ -271,6 +257,8 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
     """
     from crsrepro.style import short_name
 
+    if notebook not in CHAPTERS:
+        raise ValueError(f"no numbers are defined for notebook {notebook!r} (chapters: {', '.join(CHAPTERS)})")
     p = analysis.profile
     aggregate = analysis.aggregate
     if notebook == "00_setup":
@@ -340,7 +328,7 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
         counts = analysis.claims["status"].value_counts()
         return {"n_claims": _f(len(analysis.claims)), **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0)))
                                                         for s in ("measured", "paper profile only", "not measured")}}
-    raise ValueError(f"no numbers are defined for notebook {notebook!r}")
+    raise AssertionError(f"CHAPTERS lists {notebook!r} but no numbers are defined for it")
 
 
 def glue_numbers(numbers: dict[str, str]) -> None:

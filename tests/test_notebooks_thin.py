@@ -23,3 +23,14 @@ def test_notebook_is_thin_and_clean(path):
         source = "".join(cell["source"])
         assert not re.search(r"^\s*(def|class)\s", source, re.M), f"science belongs in crsrepro/: {source[:60]}"
         assert not cell.get("outputs") and cell.get("execution_count") is None, "commit notebooks without outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chapter_reads_one_analysis_and_hides_its_code(path):
+    """Every chapter loads RunAnalysis once (no run_grid, no hand-built frame) and hides its inputs."""
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    sources = ["".join(c["source"]) for c in code]
+    assert sum("RunAnalysis.load(profile)" in s for s in sources) == 1
+    assert not any(re.search(r"\brun_grid\b|reference_frame\(", s) for s in sources)
+    assert all("hide-input" in c["metadata"].get("tags", []) for c in code)
