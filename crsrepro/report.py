@@ -356,8 +356,8 @@ def toy_auroc() -> pd.DataFrame:
 
     cases = pd.DataFrame({"case": ["a", "b", "c", "d"], "label": [1, 1, 0, 0], "score": [0.9, 0.4, 0.6, 0.2]})
     positives, negatives = cases[cases["label"] == 1], cases[cases["label"] == 0]
-    rows = [{"positive": f"{p.case} ({p.score})", "negative": f"{n.case} ({n.score})", "ranked above": p.score > n.score}
-            for p in positives.itertuples() for n in negatives.itertuples()]
+    rows = [{"positive": f"{p.case} ({p.score})", "negative": f"{n.case} ({n.score})",
+             "ranked above": p.score > n.score} for p in positives.itertuples() for n in negatives.itertuples()]
     table = pd.DataFrame(rows)
     table.attrs["auroc"] = float(binary_auroc(cases["label"].to_numpy(), cases["score"].to_numpy()))
     return table
