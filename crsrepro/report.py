@@ -128,17 +128,36 @@ def scalars(result, **extra) -> pd.DataFrame:
 
 #: Columns of the claims table that a chapter's "paper vs this run" box shows.
 CLAIM_COLUMNS = ["claim", "paper value", "this run", "status"]
+#: A "paper vs this run" box with more rows than this starts folded, so the chapter stays readable.
+LONG_BOX = 10
+#: The column widths of the box's table (claim, paper, this run, status); the table takes 90 % of the box, whose
+#: children carry side margins, so that it fits inside.
+_BOX_COLUMNS = ('<colgroup><col style="width: 52%"><col style="width: 14%"><col style="width: 14%">'
+                '<col style="width: 20%"></colgroup>')
+
+
+def _html(text: str) -> str:
+    """Plain text with ``code`` spans as HTML.
+
+    >>> _html("run `crsrepro freeze-frame` <now>")
+    '<p>run <code>crsrepro freeze-frame</code> &lt;now&gt;</p>'
+    """
+    import html
+    import re
+
+    return "<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text, quote=False)) + "</p>"
 
 
 def _admonition(kind: str, title: str, body: str):
-    """A MyST admonition as an IPython Markdown object (myst-nb renders it as the book's own box).
+    """A box styled as the book's own admonitions (the theme's ``admonition <kind>`` classes), as an
+    IPython HTML object: the notebook's Markdown outputs are read as CommonMark, which has no directives.
 
-    >>> _admonition("note", "Title", "Body").data
-    '```{admonition} Title\\n:class: note\\n\\nBody\\n```'
+    >>> _admonition("note", "Title", "<p>Body</p>").data
+    '<div class="admonition note"><p class="admonition-title">Title</p><p>Body</p></div>'
     """
-    from IPython.display import Markdown
+    from IPython.display import HTML
 
-    return Markdown(f"```{{admonition}} {title}\n:class: {kind}\n\n{body}\n```")
+    return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p>{body}</div>')
 
 
 def frame_note(analysis):
@@ -146,8 +165,7 @@ def frame_note(analysis):
     (a cell that returns None shows nothing); DESIGN.md section 9, issue 9 "freezing is an act"."""
     if analysis.frame_warning is None:
         return None
-    return _admonition("warning", "The reference frame does not match these results",
-                       analysis.frame_warning)
+    return _admonition("warning", "The reference frame does not match these results", _html(analysis.frame_warning))
 
 
 def chapter_claims(claims: pd.DataFrame, notebook: str) -> pd.DataFrame:
@@ -171,17 +189,18 @@ def paper_vs_run(analysis, notebook: str):
     cannot measure are counted, not listed.
     """
     table = chapter_claims(analysis.claims, notebook)
-    shown = table[table["this run"] != ""]
-    lines = ["| claim | paper | this run | status |", "|---|---|---|---|"]
-    lines += [f"| {row.claim} | {row._2} | {row._3} | {row.status} |" for row in shown.itertuples()]
+    shown = table[table["this run"] != ""].rename(columns={"paper value": "paper"})
+    body = (shown.to_html(index=False, border=0, classes="table").replace(
+        "<table", '<table style="width: 90%; table-layout: fixed"', 1).replace("<thead>", _BOX_COLUMNS + "<thead>", 1)
+            if len(shown) else _html("This run measures none of this chapter's claims."))
     missing = len(table) - len(shown)
-    body = "\n".join(lines) if len(shown) else "This run measures none of this chapter's claims."
     if missing:
-        body += f"\n\n{missing} more claim(s) of this chapter are not measured by this run (see the claims page)."
+        body += _html(f"{missing} more claim(s) of this chapter are not measured by this run (see the claims page).")
     if analysis.profile.name != "paper":
-        body += ("\n\nOn this profile `paper profile only` rows hold this run's *analogue* (its own leader, "
-                 "its own cells): they illustrate the analysis and do not check the paper.")
-    return _admonition("tip", f"Paper vs this run (profile `{analysis.profile.name}`)", body)
+        body += _html("On this profile, `paper profile only` rows hold this run's analogue (its own leader, its own "
+                      "cells): they illustrate the analysis and do not check the paper.")
+    kind = "tip dropdown" if len(shown) > LONG_BOX else "tip"   # a long box starts folded (sphinx-togglebutton)
+    return _admonition(kind, f"Paper vs this run (profile {analysis.profile.name})", body)
 
 
 def encoder_families(analysis) -> pd.Series:
@@ -277,7 +296,7 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
         recal = analysis.recalibration
         cells, summary = recal.cells, recal.summary
         temperature = cells[cells["recalibrator"] == "temperature"]
-        val = data_inventory(p)["val"]
+        val = data_inventory(p).loc[list(p.datasets), "val"]   # the transfer sets have no val split
         return {"toy_ece": _f(toy_ece().attrs["ece"]),
                 "ece_mean_before": _f(temperature["ece_before"].mean()),
                 "temperature_mean_drop": _f(summary.loc["temperature", "mean_absolute_drop"]),

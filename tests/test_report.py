@@ -24,13 +24,13 @@ def _analysis(frame_warning=None, profile="demo"):
 def test_frame_note_is_nothing_without_a_warning_and_a_box_with_one():
     assert report.frame_note(_analysis()) is None
     note = report.frame_note(_analysis("frozen from results abc, these are def"))
-    assert note.data.startswith("```{admonition}") and ":class: warning" in note.data
+    assert note.data.startswith('<div class="admonition warning">')
     assert "frozen from results abc, these are def" in note.data
 
 
 def test_paper_vs_run_lists_what_this_run_measured_and_counts_the_rest():
     text = report.paper_vs_run(_analysis(), "02_calibration").data
-    assert "| first | 1 | 1 | measured |" in text and "| second | 0.5 | 0.4 | paper profile only |" in text
+    assert "<td>first</td>" in text and "<td>0.4</td>" in text and "paper profile only" in text
     assert "third" not in text and "1 more claim(s)" in text
     assert "analogue" in text                       # not the paper profile: analogues are flagged
     assert "analogue" not in report.paper_vs_run(_analysis(profile="paper"), "02_calibration").data
