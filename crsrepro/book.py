@@ -56,8 +56,21 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
                         cwd=str(book_root), kernel_name="python3", progress_bar=progress)
     seconds = time.perf_counter() - start
+    _hide_injected_parameters(target)
     log.info("executed %s in %.1f s -> %s", name, seconds, target)
     return seconds
+
+
+def _hide_injected_parameters(path: Path) -> None:
+    """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell."""
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    for cell in notebook.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "hide-input" not in tags:
+            tags.append("hide-input")
+    nbformat.write(notebook, path)
 
 
 #: The distributions whose versions the status page records (their numbers can change a result).
