@@ -276,6 +276,8 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
     """
     from crsrepro.style import short_name
 
+    from crsrepro.claims import STATUSES
+
     if notebook not in CHAPTERS:
         raise ValueError(f"no numbers are defined for notebook {notebook!r} (chapters: {', '.join(CHAPTERS)})")
     p = analysis.profile
@@ -346,7 +348,7 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
     if notebook == "08_claims":
         counts = analysis.claims["status"].value_counts()
         return {"n_claims": _f(len(analysis.claims)), **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0)))
-                                                        for s in ("measured", "paper profile only", "not measured")}}
+                                                        for s in STATUSES}}
     raise AssertionError(f"CHAPTERS lists {notebook!r} but no numbers are defined for it")
 
 

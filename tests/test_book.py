@@ -51,3 +51,48 @@ def test_book_builds_on_smoke(smoke_book):
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "demo.texture" in scored.stdout and "aggregate_crs" in scored.stdout and "rank" in scored.stdout
     assert frame.read_bytes() == before
+
+
+# The numbers a chapter's prose quotes (myst-nb glue) and the claims page's measurement of the same
+# quantity: both must come from the one RunAnalysis, so they cannot disagree (issue 9).
+CHAPTER_VS_CLAIMS = {
+    "01_discrimination": {"auroc_leader_value": "aggregate_auroc:rank1"},
+    "02_calibration": {"temperature_mean_drop": "recalibration_mean_absolute_drop"},
+    "03_label_efficiency": {"aulc_rho_encoder": "aulc_rho:encoder", "retention_rho_cell": "retention_rho:cell"},
+    "04_robustness": {"degradation_r": "degradation_pearson_r", "transfer_p": "transfer_welch_p",
+                      "transfer_medical": "transfer_auroc_mean:medical"},
+    "05_crs_bootstrap": {"kendall_tau": "auroc_crs_kendall_tau", "reversed_pairs": "auroc_crs_reversed_pairs",
+                         "crs_leader_value": "aggregate_crs:rank1"},
+}
+
+
+def _glued(notebook_path) -> dict[str, str]:
+    """The glued values of an executed notebook, by name."""
+    import nbformat
+
+    out = {}
+    for cell in nbformat.read(notebook_path, as_version=4).cells:
+        for output in cell.get("outputs", []):
+            name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                text = next(v for k, v in output["data"].items() if k.endswith("text/plain"))
+                out[name] = text.strip("'\"")
+    return out
+
+
+@pytest.mark.slow
+def test_chapters_and_the_claims_page_show_the_same_numbers(smoke_book, monkeypatch):
+    from crsrepro.analysis import RunAnalysis
+
+    monkeypatch.setenv("CRSREPRO_HOME", str(smoke_book.home))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(smoke_book.checkout / "data_manifests"))
+    measured = RunAnalysis.load("smoke").measurements
+    compared = 0
+    for notebook, pairs in CHAPTER_VS_CLAIMS.items():
+        glued = _glued(smoke_book.checkout / "book" / "_generated" / f"{notebook}.ipynb")
+        for glue_name, measure in pairs.items():
+            if measure not in measured or glued.get(glue_name, "n/a") == "n/a":
+                continue
+            compared += 1
+            assert float(glued[glue_name]) == pytest.approx(measured[measure], abs=6e-4), (notebook, glue_name)
+    assert compared >= 8
