@@ -161,3 +161,63 @@ def drop_byte_duplicates(df: pd.DataFrame, *, what: str) -> pd.DataFrame:
 def log_filtered(path: Path, n_removed: int, n_total: int, reason: str) -> None:
     """Log what a loader leaves out on purpose (never silently)."""
     logger.info("%s: left out %d of %d rows: %s", path, n_removed, n_total, reason)
+
+
+# --------------------------------------------------------------------------- subgroup metadata (issue 16)
+
+UNKNOWN = "unknown"
+"""The value of a subgroup column where the release gives none (blank, unrecognised, or no such column)."""
+AGE_BINS = (40, 60, 80)
+"""The edges of :func:`age_groups` in years **[ours]**: ``<40``, ``40-59``, ``60-79``, ``80+``."""
+MAX_AGE = 120
+"""An age above this many years is a data-entry error and its group is ``unknown`` **[ours]**."""
+SEX_VALUES = {"male": "male", "m": "male", "female": "female", "f": "female"}
+"""The spellings of sex in the releases (ISIC ``male``, CheXpert ``Male``, NIH ``M``), lower-cased."""
+
+
+def age_groups(age, *, bins=AGE_BINS) -> np.ndarray:
+    """The age group of each age in years: ``<40``, ``40-59``, ``60-79``, ``80+`` with the default
+    :data:`AGE_BINS` **[ours]**; NaN, negative or above :data:`MAX_AGE` is ``unknown``.
+
+    >>> age_groups([5, 40, 59.5, 60, 85, float("nan")]).tolist()
+    ['<40', '40-59', '40-59', '60-79', '80+', 'unknown']
+    """
+    age = np.asarray(pd.to_numeric(pd.Series(np.asarray(age, dtype=object)), errors="coerce"), float)
+    edges = list(bins)
+    names = [f"<{edges[0]}"] + [f"{lo}-{hi - 1}" for lo, hi in zip(edges[:-1], edges[1:])] + [f"{edges[-1]}+"]
+    index = np.searchsorted(edges, age, side="right")
+    known = np.isfinite(age) & (age >= 0) & (age <= MAX_AGE)
+    return np.where(known, np.asarray(names, dtype=object)[np.clip(index, 0, len(names) - 1)], UNKNOWN).astype(object)
+
+
+def subgroup_columns(raw: pd.DataFrame, path: Path, *, sex: str | None = None, age: str | None = None,
+                     site: str | None = None, view: str | None = None) -> dict[str, np.ndarray]:
+    """The subgroup columns of a release csv, one row per row of ``raw`` (issue 16, beyond the paper).
+
+    Each keyword names the release's column for that attribute (e.g. ``sex="Sex", age="Age"`` for
+    CheXpert). The result maps ``sex`` (``male`` / ``female``), ``age_group`` (:func:`age_groups` of
+    the age in years), ``site`` and ``view`` (the release's values, stripped), for the attributes
+    given, to one value per row of ``raw``. A blank or unrecognised value is ``unknown``; a release
+    column that is absent (an older or partial csv) makes the whole attribute ``unknown``. Both are
+    counted in the log, never an error: metadata is descriptive and no run depends on it.
+    """
+    out = {}
+    for name, column in (("sex", sex), ("age_group", age), ("site", site), ("view", view)):
+        if column is None:
+            continue
+        if column not in raw.columns:
+            logger.info("%s: no column %r: %s is %s for all %d rows", path, column, name, UNKNOWN, len(raw))
+            out[name] = np.full(len(raw), UNKNOWN, dtype=object)
+            continue
+        values = raw[column].astype(str).str.strip()
+        if name == "sex":
+            values = values.str.lower().map(SEX_VALUES).fillna(UNKNOWN)
+        elif name == "age_group":
+            values = pd.Series(age_groups(values), index=raw.index)
+        else:
+            values = values.where(values != "", UNKNOWN)
+        out[name] = values.to_numpy(dtype=object)
+        n_unknown = int(np.sum(out[name] == UNKNOWN))
+        if n_unknown:
+            logger.info("%s: column %r: %s is %s for %d of %d rows", path, column, name, UNKNOWN, n_unknown, len(raw))
+    return out

@@ -12,6 +12,9 @@ column is relative to ``<root>``. train.csv and valid.csv are merged and their o
 ``source_split`` (``train`` / ``valid``). Lateral views are left out on purpose [ours: the paper's
 191,229 images equal the frontal train + valid images] and counted in the log. A blank label is 0;
 an uncertain -1 follows ``u_policy``. The group is the patient id taken from the path (``patient00001``).
+The subgroup columns (issue 16) are ``sex`` (``Sex``), ``age_group`` (``Age``, binned by
+:func:`~crsrepro.data._common.age_groups`) and ``view`` (``AP/PA``); a csv without ``Sex`` or ``Age``
+gives ``unknown`` (logged).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
-                                   read_csv, select_images)
+                                   read_csv, select_images, subgroup_columns)
 from crsrepro.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -32,7 +35,7 @@ LABEL_NAMES = list(CHEXPERT_LABELS)
 TASK = "multilabel"
 RELEASE_DIRS = ("CheXpert-v1.0", "CheXpert-v1.0-small")  # the full release first (DESIGN.md section 3)
 SPLIT_FILES = {"train": "train.csv", "valid": "valid.csv"}
-COLUMNS = ["Path", "Sex", "Age", "Frontal/Lateral", "AP/PA", *LABEL_NAMES]
+COLUMNS = ["Path", "Frontal/Lateral", "AP/PA", *LABEL_NAMES]  # Sex and Age are read when present
 
 
 def find_release(root: Path) -> Path:
@@ -74,9 +77,8 @@ def _load_split(root: Path, csv_path: Path, split: str, u_policy: str, images: s
         "group": patient.to_numpy(),
         **{name: labels[name].to_numpy() for name in LABEL_NAMES},
         "source_split": split,
-        "sex": raw["Sex"].to_numpy(),
-        "age": pd.to_numeric(raw["Age"], errors="coerce").to_numpy(),
-        "view": raw["AP/PA"].to_numpy(),
+        "age": pd.to_numeric(raw.get("Age", pd.Series(np.nan, index=raw.index)), errors="coerce").to_numpy(),
+        **subgroup_columns(raw, csv_path, sex="Sex", age="Age", view="AP/PA"),
     })
     check_unique(df["image_id"], csv_path, "Path")
     return df[select_images(df["path"], csv_path=csv_path, rows=frontal, images=images)].reset_index(drop=True)
@@ -89,7 +91,8 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
     -------
     pandas.DataFrame
         image_id (the path inside the release without ``.jpg``), path, group (patient id), the 14 label
-        columns (1.0 / 0.0 / NaN when masked), source_split, sex, age, view (AP/PA).
+        columns (1.0 / 0.0 / NaN when masked), source_split, age (years, NaN where unknown), sex,
+        age_group, view (AP / PA, ``unknown`` where blank).
     """
     release = find_release(root)
     parts = [_load_split(root, release / name, split, u_policy, images) for split, name in SPLIT_FILES.items()]

@@ -8,7 +8,9 @@ Release layout read here (the ISIC 2017 challenge downloads, Part 3, unpacked si
     ... the same for ISIC-2017_Validation and ISIC-2017_Test_v2
 
 A metadata csv may also sit inside its ``*_Data`` folder (as in the challenge zips); where a split has
-none, its age and sex are unknown (logged). The two ground-truth columns are one-hot or both 0:
+none, its age and sex are unknown (logged). The subgroup columns (issue 16) are ``sex`` and
+``age_group`` (from ``age_approximate``, :func:`~crsrepro.data._common.age_groups`); ISIC 2017 has no
+anatomic site and no skin-tone labels. The two ground-truth columns are one-hot or both 0:
 neither is a nevus, so there are three classes (:data:`LABEL_NAMES`). The three official splits are
 read in the order Training, Validation, Test and kept in ``source_split`` (``train`` / ``validation``
 / ``test``). ISIC 2017 gives no lesion id, so each image is its own group.
@@ -28,7 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, drop_byte_duplicates, read_csv, select_images
+from crsrepro.data._common import (UNKNOWN, check_rows, check_unique, drop_byte_duplicates, read_csv, select_images,
+                                   subgroup_columns)
 from crsrepro.errors import DataError
 
 logger = logging.getLogger(__name__)
@@ -39,20 +42,22 @@ SPLITS = {"train": "ISIC-2017_Training", "validation": "ISIC-2017_Validation", "
 
 
 def _metadata(root: Path, prefix: str, image_ids: pd.Series, gt_path: Path) -> pd.DataFrame:
-    """age_approx and sex for ``image_ids`` from the split's metadata csv (NaN / "" where it is absent)."""
+    """age_approx, sex and age_group for ``image_ids`` from the split's metadata csv (NaN / ``unknown``
+    where it is absent)."""
     name = f"{prefix}_Data_metadata.csv"
     found = [p for p in (root / name, root / f"{prefix}_Data" / name) if p.is_file()]
     if not found:
         logger.info("%s: not found (nor in %s_Data/): age and sex of the %d images unknown", root / name, prefix, len(image_ids))
-        return pd.DataFrame({"age_approx": np.nan, "sex": ""}, index=range(len(image_ids)))
+        return pd.DataFrame({"age_approx": np.nan, "sex": UNKNOWN, "age_group": UNKNOWN}, index=range(len(image_ids)))
     meta_path = found[0]
-    meta = read_csv(meta_path, ["image_id", "age_approximate", "sex"], "the ISIC 2017 metadata csv")
+    meta = read_csv(meta_path, ["image_id"], "the ISIC 2017 metadata csv")
     check_unique(meta["image_id"], meta_path, "image_id")
     meta = meta.set_index("image_id")
     check_rows(image_ids.isin(meta.index), gt_path, lambda i: f"image {image_ids.iloc[i]} has no row in {meta_path}")
     meta = meta.loc[image_ids]
-    return pd.DataFrame({"age_approx": pd.to_numeric(meta["age_approximate"], errors="coerce").to_numpy(),  # "unknown" -> NaN
-                         "sex": meta["sex"].to_numpy()})
+    age = meta.get("age_approximate", pd.Series(np.nan, index=meta.index))
+    return pd.DataFrame({"age_approx": pd.to_numeric(age, errors="coerce").to_numpy(),  # "unknown" -> NaN
+                         **subgroup_columns(meta, meta_path, sex="sex", age="age_approximate")})
 
 
 def _load_split(root: Path, split: str, prefix: str, images: str) -> pd.DataFrame:
@@ -86,7 +91,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
     -------
     pandas.DataFrame
         image_id, path, group (= image_id), label (int, index into :data:`LABEL_NAMES`), source_split,
-        age_approx, sex; one row per distinct image file (``attrs["duplicates"]``: dropped -> kept id).
+        age_approx, sex, age_group; one row per distinct image file (``attrs["duplicates"]``: dropped -> kept id).
     """
     df = pd.concat([_load_split(root, split, prefix, images) for split, prefix in SPLITS.items()], ignore_index=True)
     repeated = df["image_id"][df["image_id"].duplicated()]

@@ -10,6 +10,11 @@ The ground truth is one-hot over nine columns; UNK is never used in the training
 label is UNK, or that is not exactly one-hot over the eight classes, is an error. Some image ids end in
 ``_downsampled``; they are ordinary ids. The group is the lesion id, so that images of one lesion stay
 in one split; where the lesion id is blank, the group is the image's own id.
+
+The subgroup columns (issue 16) come from the metadata csv: ``sex``, ``age_group`` (from
+``age_approx``, :func:`~crsrepro.data._common.age_groups`) and ``site`` (``anatom_site_general``);
+blanks, and columns the csv lacks, are ``unknown`` (counted in the log). ISIC 2019 has no skin-tone
+(Fitzpatrick) labels, so the subgroup question that matters most for dermoscopy cannot be asked of it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, read_csv, select_images
+from crsrepro.data._common import check_rows, check_unique, read_csv, select_images, subgroup_columns
 
 LABEL_NAMES = ["MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC"]
 TASK = "multiclass"
@@ -35,12 +40,11 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
     -------
     pandas.DataFrame
         image_id, path, group (lesion id, or the image id where blank), label (int, index into
-        :data:`LABEL_NAMES`), age_approx, anatom_site_general, sex.
+        :data:`LABEL_NAMES`), age_approx (years, NaN where unknown), sex, age_group, site.
     """
     gt_path, meta_path = root / GROUND_TRUTH, root / METADATA
     gt = read_csv(gt_path, ["image", *LABEL_NAMES, "UNK"], "the ISIC 2019 one-hot ground truth csv")
-    meta = read_csv(meta_path, ["image", "age_approx", "anatom_site_general", "lesion_id", "sex"],
-                    "the ISIC 2019 metadata csv")
+    meta = read_csv(meta_path, ["image", "lesion_id"], "the ISIC 2019 metadata csv")
 
     onehot = np.empty((len(gt), len(LABEL_NAMES) + 1))
     for j, name in enumerate([*LABEL_NAMES, "UNK"]):
@@ -67,8 +71,8 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
         "path": [str((root / IMAGE_DIR / f"{i}.jpg").absolute()) for i in gt["image"]],
         "group": np.where(lesion == "", gt["image"].to_numpy(), lesion),
         "label": onehot[:, :-1].argmax(axis=1).astype(int),
-        "age_approx": pd.to_numeric(meta["age_approx"], errors="coerce").to_numpy(),
-        "anatom_site_general": meta["anatom_site_general"].to_numpy(),
-        "sex": meta["sex"].to_numpy(),
+        "age_approx": pd.to_numeric(meta.get("age_approx", pd.Series(np.nan, index=meta.index)),
+                                    errors="coerce").to_numpy(),
+        **subgroup_columns(meta, meta_path, sex="sex", age="age_approx", site="anatom_site_general"),
     })
     return df[select_images(df["path"], csv_path=gt_path, images=images)].reset_index(drop=True)

@@ -14,6 +14,10 @@ views, and images whose study has no label row, are left out on purpose and coun
 blank label is 0 and -1 follows ``u_policy``, as for CheXpert. The group is the subject id, and
 ``source_split`` is MIMIC's official split; MIMIC is never trained on (its test split is the transfer
 set, selected by :func:`crsrepro.data.prepare_dataset`).
+
+Subgroups (issue 16): only ``view`` (``ViewPosition``) is kept. MIMIC-CXR-JPG carries no sex or age;
+those are in MIMIC-IV's ``patients`` table (a separate credentialed release joined on subject_id),
+which is out of this package's scope, so MIMIC has no ``sex`` or ``age_group`` subgroups here.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
-                                   read_csv, select_images)
+                                   read_csv, select_images, subgroup_columns)
 from crsrepro.errors import DataError
 
 LABEL_NAMES = list(CHEXPERT_LABELS)
@@ -87,6 +91,6 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
         **{name: meta[name].to_numpy(dtype=float) for name in LABEL_NAMES},  # CheXpert's order
         "source_split": split_of.loc[meta["dicom_id"]].to_numpy(),
         "study_id": meta["study_id"].to_numpy(),
-        "view": meta["ViewPosition"].to_numpy(),
+        **subgroup_columns(meta, meta_path, view="ViewPosition"),
     })
     return df[select_images(df["path"], csv_path=meta_path, rows=meta["row"], images=images)].reset_index(drop=True)

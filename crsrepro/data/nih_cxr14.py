@@ -11,7 +11,9 @@ unpack into one ``images/`` folder)::
 release spells them, e.g. ``Pleural_Thickening``), or ``No Finding`` alone. Each finding becomes a
 0/1 column (the release has no uncertain or masked labels); ``No Finding`` is kept as its own 0/1
 column (not a label: it is 1 exactly when the 14 are 0), so that :mod:`crsrepro.data.label_maps` can
-score CheXpert's ``No Finding``. The group is the patient id; the view (PA / AP) is kept.
+score CheXpert's ``No Finding``. The group is the patient id; the view (PA / AP) is kept. The subgroup
+columns (issue 16) are ``sex`` (``Patient Gender``), ``age_group`` (``Patient Age``, binned by
+:func:`~crsrepro.data._common.age_groups`) and ``view``.
 
 Every listed image must exist by default; ``images="present-only"`` [ours] reads the listed images
 that exist and counts the rest in the log, for a user who has downloaded only some of the archives.
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, read_csv, select_images
+from crsrepro.data._common import check_rows, check_unique, read_csv, select_images, subgroup_columns
 
 # The 14 findings, in the order of Wang et al. (CVPR 2017), spelled as in ``Finding Labels``.
 LABEL_NAMES = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",
@@ -45,7 +47,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
     -------
     pandas.DataFrame
         image_id (Image Index without ``.png``), path, group (Patient ID), the 14 finding columns
-        (1.0 / 0.0), ``No Finding`` (1.0 / 0.0), view (PA / AP), age, sex, follow_up.
+        (1.0 / 0.0), ``No Finding`` (1.0 / 0.0), view (PA / AP), age, sex, age_group, follow_up.
     """
     csv_path = root / CSV_NAME
     raw = read_csv(csv_path, COLUMNS, "the NIH ChestX-ray14 label file")
@@ -71,7 +73,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all") -> pd.Dat
         **{name: dummies[name].to_numpy() for name in [*LABEL_NAMES, NO_FINDING]},
         "view": view.to_numpy(),
         "age": pd.to_numeric(raw["Patient Age"], errors="coerce").to_numpy(),
-        "sex": raw["Patient Gender"].to_numpy(),
+        **subgroup_columns(raw, csv_path, sex="Patient Gender", age="Patient Age"),
         "follow_up": pd.to_numeric(raw["Follow-up #"], errors="coerce").to_numpy(),
     })
     return df[select_images(df["path"], csv_path=csv_path, images=images)].reset_index(drop=True)
