@@ -1,0 +1,128 @@
+"""Subgroups (issue 16): the metric on synthetic per-case arrays finds a planted subgroup effect, skips
+what it must and counts it; on a tiny grid the test cases join the loaders' metadata and the worst
+subgroup is scored with the frozen frame."""
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crsrepro import grid
+from crsrepro.analysis import RunAnalysis
+from crsrepro.crs import aggregate_crs, crs_scores
+from crsrepro.data import prepare_dataset
+from crsrepro.data._common import age_groups, subgroup_columns
+from crsrepro.profiles import load_profile
+from crsrepro.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
+
+
+def _planted(n=300, n_seeds=2, seed=0):
+    """Three classes, two encoders with the same informative scores, except that encoder ``noisy``'s
+    scores on women are mostly noise: the planted subgroup effect."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    sex = np.where(rng.random(n) < 0.5, "female", "male").astype(object)
+    sex[:8] = "unknown"
+    site = np.where(np.arange(n) < 20, "palms/soles", "torso").astype(object)  # 20 cases: below min_cases
+    probs = {}
+    for name, noise_women in (("steady", 1.0), ("noisy", 6.0)):
+        logits = 2.0 * np.eye(3)[labels][None] + rng.normal(0, 1.0, (n_seeds, n, 3))
+        women = sex == "female"
+        logits[:, women] = 2.0 * np.eye(3)[labels[women]][None] + rng.normal(0, noise_women, (n_seeds, women.sum(), 3))
+        p = np.exp(logits)
+        probs[name] = (p / p.sum(-1, keepdims=True)).astype(np.float16)
+    return labels, probs, pd.DataFrame({"sex": sex, "site": site})
+
+
+def test_the_planted_subgroup_effect_is_found_with_intervals_around_the_estimates(caplog):
+    labels, probs, groups = _planted()
+    with caplog.at_level(logging.INFO):
+        table = subgroup_metrics(labels, probs, groups, task="multiclass", n_resamples=80, min_cases=30)
+    row = table.set_index(["encoder", "attribute", "subgroup"])
+    noisy, steady = row.loc[("noisy", "sex", "female")], row.loc[("steady", "sex", "female")]
+    assert noisy["auroc_gap"] < -0.1 and noisy["auroc_gap_ci_high"] < 0  # found, and the interval says so
+    assert noisy["ece_gap"] > 0
+    assert abs(steady["auroc_gap"]) < 0.05 and steady["auroc_gap_ci_low"] < 0 < steady["auroc_gap_ci_high"]
+    assert row.loc[("noisy", "sex", "male"), "auroc_gap"] > 0  # the rest of the test set is better than the whole
+    for metric in ("auroc", "ece", "auroc_gap", "ece_gap"):
+        assert (table[f"{metric}_ci_low"] <= table[metric]).all() and (table[metric] <= table[f"{metric}_ci_high"]).all()
+    np.testing.assert_allclose(table["auroc_gap"], table["auroc"] - table["auroc_whole"])
+    # skipped and counted: the unknown cases, the 20-case site; the 280-case site is scored
+    skipped = {(a, s): (n, why) for a, s, n, why in table.attrs["skipped"]}
+    assert skipped == {("sex", "unknown"): (8, "unknown"), ("site", "palms/soles"): (20, "fewer than 30 cases")}
+    assert "site=palms/soles (20 cases) not scored: fewer than 30 cases" in caplog.text
+    assert set(table["subgroup"]) == {"female", "male", "torso"} and list(table.columns) == COLUMNS[:1] + COLUMNS[2:]
+
+
+def test_a_subgroup_with_one_outcome_is_skipped():
+    labels = np.array([0, 1] * 20 + [2] * 40)
+    probs = {"a": np.full((1, 80, 3), 1 / 3, np.float16)}
+    groups = pd.DataFrame({"sex": ["male"] * 40 + ["female"] * 40})  # the women are all class 2
+    table = subgroup_metrics(labels, probs, groups, task="multiclass", n_resamples=20, min_cases=10)
+    assert set(table["subgroup"]) == {"male"}
+    assert table.attrs["skipped"] == [("sex", "female", 40, "one outcome only")]
+
+
+def test_age_groups_and_metadata_columns_are_defined_once(tmp_path, caplog):
+    assert age_groups([0, 39.9, 40, 79, 80, 130, np.nan, -1]).tolist() == [
+        "<40", "<40", "40-59", "60-79", "80+", "unknown", "unknown", "unknown"]
+    raw = pd.DataFrame({"Sex": ["Male", "F", "", "Unknown"], "Age": ["45", "", "x", "81"]})
+    with caplog.at_level(logging.INFO):
+        out = subgroup_columns(raw, tmp_path / "x.csv", sex="Sex", age="Age", site="anatom_site_general")
+    assert out["sex"].tolist() == ["male", "female", "unknown", "unknown"]
+    assert out["age_group"].tolist() == ["40-59", "unknown", "unknown", "80+"]
+    assert out["site"].tolist() == ["unknown"] * 4  # an absent column: all unknown, logged
+    assert "no column 'anatom_site_general': site is unknown for all 4 rows" in caplog.text
+    assert "column 'Sex': sex is unknown for 2 of 4 rows" in caplog.text
+
+
+# ---------------------------------------------------------------- a tiny grid
+MICRO = {"datasets": ["isic2019"], "transfer": {}, "encoders": ["demo.color_histogram", "demo.pixel_pca"],
+         "seeds": [0, 1], "label_fractions": [0.25, 1.0], "perturbations": ["jpeg"], "severities": [3],
+         "control_probes": {"probes": []}, "demo_world": {"n_images": {"isic2019": 200}}}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    home = tmp_path_factory.mktemp("subgroups")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
+        mp.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
+        profile = load_profile("smoke", overrides=MICRO)
+        results = grid.run_grid(profile, progress=False)
+        grid.freeze_frame(profile, results)
+        yield RunAnalysis(profile, results)
+
+
+def test_test_cases_join_the_dataset_table_in_stored_order(tiny):
+    groups = case_groups(tiny, "isic2019", ("sex", "age_group", "site", "view"))
+    assert list(groups.columns) == ["sex", "age_group", "site"]  # ISIC has no view
+    table = prepare_dataset(tiny.profile, "isic2019", progress=False)
+    test = table[table["split"] == "test"].reset_index(drop=True)  # the grid's test split, sorted by image_id
+    pd.testing.assert_frame_equal(groups, test[["sex", "age_group", "site"]])
+    assert set(groups["sex"]) <= {"male", "female", "unknown"}
+
+
+def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
+    table = subgroup_table(tiny, n_resamples=50, min_cases=8)
+    assert list(table.columns) == COLUMNS and set(table["encoder"]) == set(tiny.profile.encoders)
+    assert set(table["attribute"]) <= {"sex", "age_group", "site"} and len(table)
+    # the whole-test-set values are the cells' D and C (float16 storage makes ties: a few 1e-3 apart)
+    whole = table.groupby("encoder")[["auroc_whole", "ece_whole"]].first()
+    cells = tiny.cell_means.set_index("encoder")
+    np.testing.assert_allclose(whole["auroc_whole"], cells.loc[whole.index, "auroc"], atol=5e-3)
+    np.testing.assert_allclose(whole["ece_whole"], cells.loc[whole.index, "ece"], atol=5e-3)
+
+    worst = worst_subgroup(tiny, table)
+    for encoder, row in worst.per_encoder.iterrows():
+        mine = table[table["encoder"] == encoder]
+        assert row["auroc_gap"] == mine["auroc_gap"].min() and row["ece_gap"] == mine["ece_gap"].max()
+    # the worst-subgroup CRS: D and C of the worst subgroup, L and R kept, the frozen frame
+    cell = worst.cells.set_index("encoder")
+    profiles = tiny.cell_means.set_index("encoder")
+    profiles.loc[cell.index, ["auroc", "ece"]] = cell[["auroc", "ece"]].to_numpy()
+    expected = aggregate_crs(crs_scores(profiles.reset_index(), tiny.frame))
+    pd.testing.assert_series_equal(worst.aggregate["crs"], expected["crs"])
+    assert worst.agreement.n_pairs == 1 and worst.ranking_changes == (worst.agreement.reversed_pairs > 0)
+    assert worst.n_cells_unchanged == 0
