@@ -53,8 +53,10 @@ def choose_threshold(y: np.ndarray, score: np.ndarray, *, fixed: str, target: fl
     (the most specific one). Candidates are the observed scores (and +inf, which calls no case positive).
 
     >>> y, s = np.array([0, 0, 0, 0, 1, 1]), np.array([0.1, 0.2, 0.3, 0.6, 0.5, 0.9])
-    >>> choose_threshold(y, s, fixed="specificity", target=0.75), choose_threshold(y, s, fixed="sensitivity", target=0.9)
-    (0.5, 0.5)
+    >>> choose_threshold(y, s, fixed="specificity", target=0.75)
+    0.5
+    >>> choose_threshold(y, s, fixed="sensitivity", target=0.9)
+    0.5
     """
     y, score = np.asarray(y, bool), np.asarray(score, float)
     candidates = np.append(np.unique(score), np.inf)
@@ -156,7 +158,8 @@ def _label_names(analysis, dataset: str, n_columns: int) -> list[str]:
         table = prepare_dataset(analysis.profile, dataset, manifest_dir=analysis.manifest_dir, progress=False)
         names = list(_learnable_labels(table, analysis.profile.seeds).attrs["label_names"])
     if len(names) != n_columns:
-        raise CrsreproError(f"{dataset}: the stored probabilities have {n_columns} columns, the dataset {len(names)} labels")
+        raise CrsreproError(f"{dataset}: the stored probabilities have {n_columns} columns, the dataset "
+                            f"{len(names)} labels")
     return names
 
 

@@ -25,8 +25,10 @@ outcomes present (at least two classes for a multi-class task; at least one labe
 a negative for a multi-label task), and the AUROC is macro over the classes or labels the subgroup has
 both outcomes of (as :func:`crsrepro.metrics.macro_auroc` skips the others); cases whose attribute is
 ``unknown`` form no subgroup. What is skipped is counted in the log and in ``attrs["skipped"]``. The
-interval of a gap is the subgroup's interval minus the whole-test-set estimate (the whole set is
-treated as fixed: it is the deployment's reference value).
+AUROC gap compares like with like: the whole test set's AUROC is averaged over the same classes or
+labels as the subgroup's (a small subgroup of ISIC 2019 often lacks a rare class), and ``n_classes``
+says how many. The interval of a gap is the subgroup's interval minus the whole-test-set estimate (the
+whole set is treated as fixed: it is the deployment's reference value).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import pandas as pd
 
 from crsrepro.data._common import UNKNOWN
 from crsrepro.errors import CrsreproError
-from crsrepro.metrics import expected_calibration_error, macro_auroc
+from crsrepro.metrics import expected_calibration_error, per_class_auroc
 
 logger = logging.getLogger(__name__)
 
@@ -47,24 +49,21 @@ ATTRIBUTES = ("sex", "age_group", "site")
 """The subgroup attributes scored by default (``view`` is another one the chest loaders keep)."""
 MIN_CASES = 30
 """The fewest test cases a subgroup needs to be scored **[ours]**."""
-COLUMNS = ["encoder", "dataset", "attribute", "subgroup", "n_cases", "auroc", "auroc_ci_low", "auroc_ci_high",
+COLUMNS = ["encoder", "dataset", "attribute", "subgroup", "n_cases", "n_classes", "auroc", "auroc_ci_low", "auroc_ci_high",
            "ece", "ece_ci_low", "ece_ci_high", "auroc_whole", "ece_whole", "auroc_gap", "auroc_gap_ci_low",
            "auroc_gap_ci_high", "ece_gap", "ece_gap_ci_low", "ece_gap_ci_high"]
-"""The columns of a subgroup table (a gap is subgroup minus whole test set: a negative AUROC gap and a
-positive ECE gap are worse than the whole)."""
+"""The columns of a subgroup table: ``n_classes`` classes or labels scored; ``auroc_whole`` the whole
+test set's AUROC over those same classes, ``ece_whole`` its ECE; a gap is subgroup minus whole test set
+(a negative AUROC gap and a positive ECE gap are worse than the whole)."""
 
 
-def _both_outcomes(labels: np.ndarray, task: str) -> bool:
+def _scored_columns(labels: np.ndarray, n_columns: int, task: str) -> np.ndarray:
+    """Which classes (one-vs-rest) or labels have both outcomes among ``labels``: the ones a macro AUROC
+    averages over (:func:`crsrepro.metrics.macro_auroc`)."""
     if task == "multiclass":
-        return len(np.unique(labels)) >= 2
-    return bool(np.any((np.nansum(labels == 1, axis=0) > 0) & (np.nansum(labels == 0, axis=0) > 0)))
-
-
-def _seed_mean(labels, probs, task) -> tuple[float, float]:
-    """The mean over seeds of the macro AUROC and the ECE of (seeds, N, K) probabilities."""
-    probs = np.asarray(probs, float)
-    return (float(np.mean([macro_auroc(labels, p, task=task) for p in probs])),
-            float(np.mean([expected_calibration_error(labels, p, task=task) for p in probs])))
+        present = np.isin(np.arange(n_columns), labels)
+        return present if len(np.unique(labels)) >= 2 else np.zeros(n_columns, bool)
+    return (np.nansum(labels == 1, axis=0) > 0) & (np.nansum(labels == 0, axis=0) > 0)
 
 
 def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, task: str, n_resamples: int = 1000,
@@ -100,7 +99,11 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
     if len(groups) != len(labels):
         raise CrsreproError(f"subgroups: {len(groups)} group rows for {len(labels)} test cases")
     encoders = sorted(probs)
-    whole = {e: _seed_mean(labels, probs[e], task) for e in encoders}
+    arrays = {e: np.asarray(probs[e], float) for e in encoders}
+    n_columns = arrays[encoders[0]].shape[2]
+    per_class = {e: np.array([per_class_auroc(labels, p, task=task) for p in arrays[e]]) for e in encoders}
+    ece_whole = {e: float(np.mean([expected_calibration_error(labels, p, task=task) for p in arrays[e]]))
+                 for e in encoders}
     rows, skipped = [], []
     for attribute in groups.columns:
         values = groups[attribute].astype(str).to_numpy()
@@ -110,8 +113,9 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
         for subgroup in sorted(set(values) - {UNKNOWN}):
             mask = values == subgroup
             n = int(mask.sum())
+            scored = _scored_columns(labels[mask], n_columns, task)
             reason = (f"fewer than {min_cases} cases" if n < min_cases
-                      else None if _both_outcomes(labels[mask], task) else "one outcome only")
+                      else None if scored.any() else "one outcome only")
             if reason:
                 skipped.append((attribute, subgroup, n, reason))
                 continue
@@ -119,15 +123,16 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
                                        n_resamples=n_resamples, rng=rng, device=device).summary(level)
             for e in encoders:
                 b = boot.loc[e]
-                auroc_whole, ece_whole = whole[e]
+                auroc_whole = float(np.mean(np.nanmean(per_class[e][:, scored], axis=1)))  # the same classes
                 rows.append({"encoder": e, "attribute": attribute, "subgroup": subgroup, "n_cases": n,
+                             "n_classes": int(scored.sum()),
                              **{k: float(b[k]) for k in ("auroc", "auroc_ci_low", "auroc_ci_high",
                                                          "ece", "ece_ci_low", "ece_ci_high")},
-                             "auroc_whole": auroc_whole, "ece_whole": ece_whole,
+                             "auroc_whole": auroc_whole, "ece_whole": ece_whole[e],
                              "auroc_gap": b["auroc"] - auroc_whole, "auroc_gap_ci_low": b["auroc_ci_low"] - auroc_whole,
                              "auroc_gap_ci_high": b["auroc_ci_high"] - auroc_whole,
-                             "ece_gap": b["ece"] - ece_whole, "ece_gap_ci_low": b["ece_ci_low"] - ece_whole,
-                             "ece_gap_ci_high": b["ece_ci_high"] - ece_whole})
+                             "ece_gap": b["ece"] - ece_whole[e], "ece_gap_ci_low": b["ece_ci_low"] - ece_whole[e],
+                             "ece_gap_ci_high": b["ece_ci_high"] - ece_whole[e]})
     for attribute, subgroup, n, reason in skipped:
         logger.info("subgroups: %s=%s (%d cases) not scored: %s", attribute, subgroup, n, reason)
     out = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "dataset"])
@@ -143,15 +148,11 @@ def case_groups(analysis, dataset: str, attributes) -> pd.DataFrame:
     ``site``) is left out and logged. A stored id absent from the table raises a CrsreproError.
     """
     from crsrepro.data import prepare_dataset
+    from crsrepro.operating_points import full_label_rowsets
     from crsrepro.results import ResultStore
 
-    results = analysis.results
-    rows = results[(results["dataset"] == dataset) & (results["probe"] == "linear")
-                   & (results["label_fraction"] == 1.0) & (results["layer"] == "final")
-                   & (results["regime"] == "frozen")]
-    if rows.empty:
-        raise CrsreproError(f"no full-label linear probe on {dataset} in these results")
-    ids = ResultStore(analysis.profile.output_path).read_cases(rows["rowset"].iloc[0])["image_id|clean"]
+    key = full_label_rowsets(analysis, dataset).iloc[0]  # every row-set holds the same test split
+    ids = ResultStore(analysis.profile.output_path).read_cases(key)["image_id|clean"]
     table = prepare_dataset(analysis.profile, dataset, manifest_dir=analysis.manifest_dir, progress=False)
     present = [a for a in attributes if a in table.columns]
     if len(present) < len(attributes):
@@ -197,7 +198,8 @@ def subgroup_table(analysis, *, attributes=ATTRIBUTES, n_resamples: int = 1000, 
             continue
         labels, probs = analysis.case_probabilities(dataset)
         part = subgroup_metrics(labels, probs, groups, task=get_spec(dataset).task, n_resamples=n_resamples,
-                                min_cases=min_cases, level=level, rng=analysis.rng, device=analysis.profile.probe.device)
+                                min_cases=min_cases, level=level, rng=analysis.rng,
+                                device=analysis.profile.probe.device)
         parts.append(part.assign(dataset=dataset))
         skipped += [(dataset, *s) for s in part.attrs["skipped"]]
     out = pd.concat(parts, ignore_index=True)[COLUMNS] if parts else pd.DataFrame(columns=COLUMNS)
@@ -274,7 +276,8 @@ def worst_subgroup(analysis, table: pd.DataFrame | None = None, **options) -> Wo
     profiles.loc[found, ["auroc", "ece"]] = worst.loc[key[found]].to_numpy()
     n_unchanged = int((~found).sum())
     if n_unchanged:
-        logger.info("worst_subgroup: %d cells have no scored subgroup and keep their whole-test-set D and C", n_unchanged)
+        logger.info("worst_subgroup: %d cells have no scored subgroup and keep their whole-test-set D and C",
+                    n_unchanged)
     aggregate = aggregate_crs(crs_scores(profiles, analysis.frame))
     agreement = rank_agreement(analysis.aggregate["crs"].to_dict(), aggregate["crs"].to_dict())
     return WorstSubgroups(cells=cells, per_encoder=per_encoder, aggregate=aggregate, agreement=agreement,

@@ -49,7 +49,8 @@ def test_thresholds_are_chosen_on_val_and_never_see_test():
     y_val, y_test = rng.integers(0, 3, 150), rng.integers(0, 3, 150)
     val = (y_val, _probs(rng, y_val, 3, 1.0))
     names = ["a", "b", "c"]
-    first = operating_points(val, {"clean": (y_test, _probs(rng, y_test, 3, 1.0))}, task="multiclass", label_names=names)
+    first = operating_points(val, {"clean": (y_test, _probs(rng, y_test, 3, 1.0))}, task="multiclass",
+                             label_names=names)
     other_test = rng.integers(0, 3, 90)
     second = operating_points(val, {"clean": (other_test, _probs(rng, other_test, 3, 3.0)),
                                     "jpeg@3": (other_test, _probs(rng, other_test, 3, 5.0))},
@@ -132,6 +133,7 @@ def test_operating_point_table_on_a_tiny_grid(tiny):
     summary = severity_summary(table)
     clean = summary[summary["condition"] == "clean"]
     assert (clean[["sensitivity_change", "specificity_change"]] == 0).all().all()
-    assert set(summary["severity"].dropna()) == {0.0, 1.0, 3.0} and summary.loc[summary["condition"] == "mimic_cxr", "severity"].isna().all()
+    assert set(summary["severity"].dropna()) == {0.0, 1.0, 3.0}
+    assert summary.loc[summary["condition"] == "mimic_cxr", "severity"].isna().all()
     fig = sensitivity_vs_severity(table)
     assert fig.axes and fig.axes[0].get_title() == "jpeg" and len(fig.axes[0].lines) == 2

@@ -13,6 +13,7 @@ from crsrepro.analysis import RunAnalysis
 from crsrepro.crs import aggregate_crs, crs_scores
 from crsrepro.data import prepare_dataset
 from crsrepro.data._common import age_groups, subgroup_columns
+from crsrepro.metrics import macro_auroc
 from crsrepro.profiles import load_profile
 from crsrepro.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
 
@@ -46,8 +47,12 @@ def test_the_planted_subgroup_effect_is_found_with_intervals_around_the_estimate
     assert abs(steady["auroc_gap"]) < 0.05 and steady["auroc_gap_ci_low"] < 0 < steady["auroc_gap_ci_high"]
     assert row.loc[("noisy", "sex", "male"), "auroc_gap"] > 0  # the rest of the test set is better than the whole
     for metric in ("auroc", "ece", "auroc_gap", "ece_gap"):
-        assert (table[f"{metric}_ci_low"] <= table[metric]).all() and (table[metric] <= table[f"{metric}_ci_high"]).all()
+        assert (table[f"{metric}_ci_low"] <= table[metric]).all()
+        assert (table[metric] <= table[f"{metric}_ci_high"]).all()
     np.testing.assert_allclose(table["auroc_gap"], table["auroc"] - table["auroc_whole"])
+    whole = {e: np.mean([macro_auroc(labels, p.astype(float), task="multiclass") for p in probs[e]]) for e in probs}
+    np.testing.assert_allclose(table["auroc_whole"], table["encoder"].map(whole))  # every class in every subgroup
+    assert (table["n_classes"] == 3).all()
     # skipped and counted: the unknown cases, the 20-case site; the 280-case site is scored
     skipped = {(a, s): (n, why) for a, s, n, why in table.attrs["skipped"]}
     assert skipped == {("sex", "unknown"): (8, "unknown"), ("site", "palms/soles"): (20, "fewer than 30 cases")}
@@ -108,11 +113,13 @@ def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
     table = subgroup_table(tiny, n_resamples=50, min_cases=8)
     assert list(table.columns) == COLUMNS and set(table["encoder"]) == set(tiny.profile.encoders)
     assert set(table["attribute"]) <= {"sex", "age_group", "site"} and len(table)
-    # the whole-test-set values are the cells' D and C (float16 storage makes ties: a few 1e-3 apart)
-    whole = table.groupby("encoder")[["auroc_whole", "ece_whole"]].first()
+    # the whole-test-set values are the cells' D and C (float16 storage makes ties: a few 1e-3 apart); the
+    # AUROC is over the subgroup's classes, so it is the cell's D where the subgroup has all eight
     cells = tiny.cell_means.set_index("encoder")
-    np.testing.assert_allclose(whole["auroc_whole"], cells.loc[whole.index, "auroc"], atol=5e-3)
-    np.testing.assert_allclose(whole["ece_whole"], cells.loc[whole.index, "ece"], atol=5e-3)
+    np.testing.assert_allclose(table["ece_whole"], cells.loc[table["encoder"], "ece"], atol=5e-3)
+    full = table[table["n_classes"] == 8]
+    np.testing.assert_allclose(full["auroc_whole"], cells.loc[full["encoder"], "auroc"], atol=5e-3)
+    assert (table["n_classes"] < 8).any()  # small subgroups lack rare classes: the like-with-like case
 
     worst = worst_subgroup(tiny, table)
     for encoder, row in worst.per_encoder.iterrows():
