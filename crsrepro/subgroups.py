@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import UNKNOWN
+from crsrepro.data._common import UNKNOWN, age_group_names
 from crsrepro.errors import CrsreproError
 from crsrepro.metrics import expected_calibration_error, per_class_auroc
 
@@ -110,7 +110,8 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
         n_unknown = int(np.sum(values == UNKNOWN))
         if n_unknown:
             skipped.append((attribute, UNKNOWN, n_unknown, "unknown"))
-        for subgroup in sorted(set(values) - {UNKNOWN}):
+        ages = age_group_names()
+        for subgroup in sorted(set(values) - {UNKNOWN}, key=lambda v: (ages.index(v) if v in ages else len(ages), v)):
             mask = values == subgroup
             n = int(mask.sum())
             scored = _scored_columns(labels[mask], n_columns, task)

@@ -175,6 +175,16 @@ SEX_VALUES = {"male": "male", "m": "male", "female": "female", "f": "female"}
 """The spellings of sex in the releases (ISIC ``male``, CheXpert ``Male``, NIH ``M``), lower-cased."""
 
 
+def age_group_names(bins=AGE_BINS) -> list[str]:
+    """The names of the age groups of ``bins``, youngest first.
+
+    >>> age_group_names()
+    ['<40', '40-59', '60-79', '80+']
+    """
+    edges = list(bins)
+    return [f"<{edges[0]}"] + [f"{lo}-{hi - 1}" for lo, hi in zip(edges[:-1], edges[1:])] + [f"{edges[-1]}+"]
+
+
 def age_groups(age, *, bins=AGE_BINS) -> np.ndarray:
     """The age group of each age in years: ``<40``, ``40-59``, ``60-79``, ``80+`` with the default
     :data:`AGE_BINS` **[ours]**; NaN, negative or above :data:`MAX_AGE` is ``unknown``.
@@ -183,8 +193,7 @@ def age_groups(age, *, bins=AGE_BINS) -> np.ndarray:
     ['<40', '40-59', '40-59', '60-79', '80+', 'unknown']
     """
     age = np.asarray(pd.to_numeric(pd.Series(np.asarray(age, dtype=object)), errors="coerce"), float)
-    edges = list(bins)
-    names = [f"<{edges[0]}"] + [f"{lo}-{hi - 1}" for lo, hi in zip(edges[:-1], edges[1:])] + [f"{edges[-1]}+"]
+    edges, names = list(bins), age_group_names(bins)
     index = np.searchsorted(edges, age, side="right")
     known = np.isfinite(age) & (age >= 0) & (age <= MAX_AGE)
     return np.where(known, np.asarray(names, dtype=object)[np.clip(index, 0, len(names) - 1)], UNKNOWN).astype(object)
