@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 LABEL_NAMES = list(CHEXPERT_LABELS)
 TASK = "multilabel"
-RELEASE_DIRS = ("CheXpert-v1.0", "CheXpert-v1.0-small")  # the full release first (DESIGN.md section 3)
+SMALL = "CheXpert-v1.0-small"  # the 320-px release (Kaggle's copy is this one)
+RELEASE_DIRS = ("CheXpert-v1.0", SMALL)  # the full release first (DESIGN.md section 3)
 SPLIT_FILES = {"train": "train.csv", "valid": "valid.csv"}
 COLUMNS = ["Path", "Frontal/Lateral", "AP/PA", *LABEL_NAMES]  # Sex and Age are read when present
 
@@ -48,9 +49,8 @@ def find_release(root: Path) -> Path:
     flat = root / SPLIT_FILES["train"]
     if flat.is_file() and "Frontal/Lateral" in flat.open(errors="replace").readline():
         raise DataError(f"{flat}: Kaggle's flattened CheXpert copy (train.csv directly in the download folder, "
-                        f"while its Path column starts with {RELEASE_DIRS[0]}/); put it back in the release "
-                        f"layout: cd {root} && mkdir {RELEASE_DIRS[0]} && mv train.csv valid.csv train valid "
-                        f"{RELEASE_DIRS[0]}/")
+                        f"while its Path column starts with {SMALL}/); put it back in the release "
+                        f"layout: cd {root} && mkdir {SMALL} && mv train.csv valid.csv train valid {SMALL}/")
     raise DataError(f"{root}: no CheXpert release found (expected "
                     f"{' or '.join(str(root / d / 'train.csv') for d in RELEASE_DIRS)})")
 
