@@ -23,6 +23,15 @@ Long extractions are cut into chunks of ``chunk_size`` images [ours]; each finis
 (atomically) under ``<cache_dir>/partial/<key>/``, so a run killed mid-way resumes at the first missing
 chunk and gives identical features. The partial files are removed once the entry is complete.
 
+The degraded-image cache
+------------------------
+With ``image_cache_dir`` set [ours], the decoded and degraded images themselves (uint8, at the
+canonical size) are stored once per (dataset, image set, condition), keyed by the images key, the
+ids hash, the canonical size, the condition and :data:`crsrepro.perturb.PERTURBATION_VERSION`, in
+chunks of :data:`IMAGE_CHUNK_SIZE` images (:class:`_DegradedImageStore`). The first encoder fills it;
+every later encoder reads the same bytes (memory-mapped) instead of decoding and degrading again, so
+its features are bit-identical to a run without the cache.
+
 Devices
 -------
 On a CPU: a ``DataLoader`` with ``num_workers`` workers that decode, perturb and resize, and an fp32

@@ -98,7 +98,8 @@ def test_masked_solve_agrees_with_the_per_fraction_solve(task, n_out):
     if small is not None and n_out > 2:
         val_small = {0.1: np.flatnonzero(y_val != y.max()), 1.0: np.arange(X_val.shape[0])}
         a, b = (fit_linear_probes(X, y, small, X_val, y_val, task=task, c_grid=SMALL_GRID, max_iter=500,
-                                  val_subsets=val_small, solve=solve, progress=False) for solve in ("masked", "per_fraction"))
+                                  val_subsets=val_small, solve=solve, progress=False)
+                for solve in ("masked", "per_fraction"))
         assert a[0.1].n_classes_ == n_out - 1 == b[0.1].n_classes_
         np.testing.assert_allclose(a[0.1].predict_proba(X_val), b[0.1].predict_proba(X_val), atol=1e-6)
     with pytest.raises(ValueError, match="solve"):
