@@ -17,7 +17,10 @@ hash of the image ids in order, canonical size, condition, layer and :data:`CACH
 this stage's semantics change; never the package version). The sidecar records those inputs with the versions of torch/timm/transformers/
 open_clip/crsrepro, the git hash, the shape and the time. Every file is written to a temporary name in
 the same folder and renamed (``os.replace``); the ``.meta.json`` is written last and marks the entry
-complete, so a half-written entry is never read.
+complete, so a half-written entry is never read. The sidecar also records the array's SHA-256
+(:func:`array_sha256`), recomputed on every read: an entry that fails it is recomputed with a warning
+(measured: about 2 ms per 128 x 1280 float32 entry on the shared 2-core VM, against 0.1 ms for the
+bare ``np.load``; some 0.4 s over the whole demo cache, about 116 MB).
 
 Long extractions are cut into chunks of ``chunk_size`` images [ours]; each finished chunk is saved
 (atomically) under ``<cache_dir>/partial/<key>/``, so a run killed mid-way resumes at the first missing

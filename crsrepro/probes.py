@@ -573,12 +573,13 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
         One batched L-BFGS per fraction, on that fraction's rows only.
 
     ``solve=None`` picks :func:`default_solve`: ``"per_fraction"`` on a CPU, ``"masked"`` on a GPU,
-    where the per-iteration overhead, not the arithmetic, dominates. Measured with
+    where one solver loop's per-iteration overhead is expected to outweigh the extra arithmetic (not
+    yet measured: no GPU has been lent; ``benchmarks/probes.py --demo-cell --device cuda``). Measured with
     ``benchmarks/probes.py --demo-cell`` on the demo's heaviest cell-seed (CheXpert-like, 840 train
     x 14 labels x 7 C x 5 fractions, ``max_iter`` 100, one thread, a 2-core x86-64 VM shared with other
-    jobs): per-fraction 1.6 s, masked 2.5 s (x1.5), scikit-learn 4.6 s at 128-d features; 16.4 s,
-    23.9 s (x1.5) and 31.4 s at 1280-d. The same C at every fraction, probabilities within 6e-11.
-    No GPU has been measured yet; ``"masked"`` is the GPU default by that reasoning.
+    jobs; two runs): per-fraction 1.6-1.7 s, masked 2.5-2.8 s (x1.5-1.7), scikit-learn 4.6-5.1 s at
+    128-d features; 9.6-16.4 s, 11.1-23.9 s (x1.2-1.5) and 13.0-31.4 s at 1280-d. The masked solve
+    chose the same C at every fraction, with probabilities within 6e-11 of the per-fraction solve.
     The scikit-learn backend always fits per fraction.
 
     Parameters
