@@ -261,7 +261,7 @@ class _DegradedViews(Dataset):
 # The degraded-image cache: degrade once for every encoder
 # --------------------------------------------------------------------------------------------------
 
-IMAGE_CACHE_VERSION = 1
+IMAGE_CACHE_VERSION = 1  # bumped when decoding or the canonical resize changes (perturbations: their own version)
 #: [ours] Images per chunk file of the degraded-image cache. Filling one chunk holds
 #: ``IMAGE_CHUNK_SIZE x conditions`` images in memory (16 conditions at 96 px: 113 MB; at 320 px: 1.2 GB).
 IMAGE_CHUNK_SIZE = 256
