@@ -10,7 +10,12 @@ decaying spectrum, non-negative and offset like pooled CNN/ViT embeddings, so il
    the grid chose (it converges) and for C = 1 (on these features neither backend converges there in
    200 iterations). Agreement is the largest probability difference between the two backends on that
    (label, C) problem; the torch grid's convergence is listed per C.
-2. The demo profile's probe stage: every (dataset, embedding size) of the demo panel is timed once
+2. ``--demo-cell``: the probe stage of the demo's heaviest cell-seed (CheXpert-like: 840 train x 14
+   labels x 7 C x 5 label fractions, nested train and val subsets as the grid uses), side by side
+   in one run: the torch backend's two solves (one batched L-BFGS per fraction, and the masked solve
+   of every fraction at once) and scikit-learn (every fit, not extrapolated), with the chosen C per
+   fraction and the largest probability difference to the per-fraction solve.
+3. The demo profile's probe stage: every (dataset, embedding size) of the demo panel is timed once
    per seed-cell (all label fractions) with the torch backend, and scikit-learn is timed on one
    (label, C) fit per cell and extrapolated by iterations; both are scaled to the whole grid.
 
@@ -20,6 +25,7 @@ Usage::
     python benchmarks/probes.py --scale 1       # full scale (about 15 minutes on a 2-core CPU)
     python benchmarks/probes.py --device cuda   # the torch backend on a GPU
     python benchmarks/probes.py --threads 1     # on a machine shared with other jobs
+    python benchmarks/probes.py --demo-cell --threads 1 --skip-paper-scale --skip-demo
 """
 
 from __future__ import annotations
@@ -168,6 +174,37 @@ def demo_grid(profile_name, *, device, rng):
           f"ratio x{totals['sklearn'] / totals['torch']:.1f}")
 
 
+def demo_cell(*, dims, device, max_iter, rng, sklearn=True):
+    """Per-fraction vs masked torch solves vs scikit-learn on one demo-sized CheXpert-like cell-seed."""
+    fractions, n_train, n_val, n_labels = (0.01, 0.05, 0.10, 0.25, 1.0), 840, 120, 14
+    print(f"\n== demo cell-seed: {n_train} train + {n_val} val x {n_labels} labels x {len(C_GRID)} C x "
+          f"{len(fractions)} fractions, max_iter {max_iter}")
+    for dim in dims:
+        X, y = real_like_features(n_train + n_val, dim, n_labels, "multilabel", rng)
+        X_train, y_train, X_val, y_val = X[:n_train], y[:n_train], X[n_train:], y[n_train:]
+        subsets = nested_subsets(y_train, fractions, "multilabel", rng)
+        val_subsets = nested_subsets(y_val, fractions, "multilabel", rng)
+        fits, seconds = {}, {}
+        runs = [("torch", "per_fraction"), ("torch", "masked")] + ([("sklearn", "per_fraction")] if sklearn else [])
+        for backend, solve in runs:
+            start = time.perf_counter()
+            fits[backend, solve] = fit_linear_probes(X_train, y_train, subsets, X_val, y_val, task="multilabel",
+                                                     backend=backend, device=device, max_iter=max_iter,
+                                                     val_subsets=val_subsets, solve=solve, progress=False)
+            seconds[backend, solve] = time.perf_counter() - start
+        reference = fits["torch", "per_fraction"]
+        base = seconds["torch", "per_fraction"]
+        for (backend, solve), probes in fits.items():
+            same_c = all(probes[f].C_ == reference[f].C_ for f in fractions)
+            diff = {f: np.abs(probes[f].predict_proba(X_val) - reference[f].predict_proba(X_val)).max()
+                    for f in fractions}
+            print(f"dim {dim:5}  {backend:7} {solve:12} {seconds[backend, solve]:7.2f} s  "
+                  f"x{seconds[backend, solve] / base:5.2f} of per-fraction  "
+                  f"C {[probes[f].C_ for f in fractions]} (same C: {same_c}); max |p - p_per_fraction| = "
+                  f"{max(diff.values()):.1e} (at 100 %: {diff[1.0]:.1e}; converged at the chosen C: "
+                  f"{sum(probes[f].converged_ for f in fractions)}/{len(fractions)})")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.25,
@@ -177,6 +214,11 @@ def main(argv=None):
     parser.add_argument("--profile", default="demo", help="profile whose probe stage is estimated")
     parser.add_argument("--skip-paper-scale", action="store_true")
     parser.add_argument("--skip-demo", action="store_true")
+    parser.add_argument("--demo-cell", action="store_true",
+                        help="also time one demo-sized CheXpert-like cell-seed: per-fraction vs masked vs sklearn")
+    parser.add_argument("--demo-cell-dims", type=int, nargs="+", default=[128, 1280],
+                        help="embedding sizes of the demo cell-seed (the demo panel has 48..1280)")
+    parser.add_argument("--demo-cell-max-iter", type=int, default=100, help="the demo profile's L-BFGS budget")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch and BLAS (default: the libraries' own); 1 is much faster "
                              "when other jobs share the cores")
@@ -192,6 +234,8 @@ def main(argv=None):
     if not args.skip_paper_scale:
         for name in PAPER_SCALES:
             paper_scale(name, scale=args.scale, device=args.device, max_iter=args.max_iter, rng=rng)
+    if args.demo_cell:
+        demo_cell(dims=args.demo_cell_dims, device=args.device, max_iter=args.demo_cell_max_iter, rng=rng)
     if not args.skip_demo:
         demo_grid(args.profile, device=args.device, rng=rng)
     print(f"\nbenchmark wall time: {time.perf_counter() - start:.0f} s")

@@ -38,6 +38,9 @@ PERTURBATIONS = ("gaussian_blur", "jpeg", "contrast", "rician_noise", "fov_crop"
 EXTRA_PERTURBATIONS = ("poisson_gaussian", "sensor_noise")
 SEVERITIES = (1, 2, 3)
 REFERENCE_SHORT_SIDE = 512
+#: Bumped whenever any perturbation's output bytes change: it keys the degraded-image cache
+#: (:func:`crsrepro.features.degraded_image_key`), so a stale degraded image is never read.
+PERTURBATION_VERSION = 1
 
 # [ours] Parameters per severity 1, 2, 3 (DESIGN.md section 6).
 BLUR_SIGMA_PX = (1.0, 2.0, 4.0)

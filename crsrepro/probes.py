@@ -15,7 +15,8 @@ so that the two backends solve the same problem:
 ``backend="torch"``
     All C values (and, for multi-label data, all labels) of one probe as a single batched full-batch
     L-BFGS in float64 on a CPU or a GPU (:func:`batched_lbfgs`). This is what makes the paper's grid
-    affordable; :func:`fit_linear_probes` fits one probe per label fraction this way.
+    affordable; :func:`fit_linear_probes` fits one probe per label fraction this way, or every
+    fraction of a cell-seed in one masked solve.
 
 The **control probes** show that the conclusions do not hinge on the classifier: :class:`MLPProbe`
 (two layers, fixed budget, early stopping on validation loss) and :class:`KNNProbe` (k = 5, cosine).
@@ -267,65 +268,84 @@ class _LogisticObjective:
     problem is one binary logistic regression on one target column (NaN targets masked).
     ``link="softmax"``: each problem is a multinomial regression on integer targets. A problem's
     parameters are flattened as ``(M, D + 1)`` (weights then intercept), M = 1 or K.
+
+    Every problem also has a row mask, ``rows[fraction[p]]``: its loss and ``n`` run over those rows
+    only, so problems on nested label subsets share one feature matrix (the masked solve of
+    :func:`fit_linear_probes`). A masked row adds exact zeros to the loss and the gradient.
     """
 
-    def __init__(self, Z, targets, *, link, C, column=None, n_classes=None):
+    def __init__(self, Z, targets, *, link, C, rows, fraction, column=None, n_classes=None):
         self.Z, self.link, self.C = Z, link, C
         self.n_features = Z.shape[1]
+        mask = rows.to(Z.dtype)[fraction].T  # (N, P): the problem's row subset
         if link == "sigmoid":
-            self.mask = (~torch.isnan(targets)).to(Z.dtype)
+            mask = mask * (~torch.isnan(targets)).to(Z.dtype)[:, column]
             self.targets = torch.nan_to_num(targets)
-            self.n_obs = self.mask.sum(0)
             self.column = column
             self.n_outputs = 1
         else:
             self.onehot = torch.nn.functional.one_hot(targets, n_classes).to(Z.dtype)
             self.n_outputs = n_classes
+        self.mask, self.n_obs = mask, mask.sum(0)
 
     def __call__(self, theta, index):
         n, d = self.Z.shape
         p = theta.shape[0]
         params = theta.view(p, self.n_outputs, d + 1)
         W, b = params[..., :d], params[..., d]
-        C = self.C[index]
+        C, mask, n_obs = self.C[index], self.mask[:, index, None], self.n_obs[index]
         z = (self.Z @ W.reshape(p * self.n_outputs, d).T).view(n, p, self.n_outputs) + b
         if self.link == "sigmoid":
-            cols = self.column[index]
-            t, mask, n_obs = self.targets[:, cols, None], self.mask[:, cols, None], self.n_obs[cols]
+            t = self.targets[:, self.column[index], None]
             loss = (mask * (torch.nn.functional.softplus(z) - t * z)).sum((0, 2))
             residual = mask * (torch.sigmoid(z) - t) / n_obs[None, :, None]
         else:
-            n_obs = torch.full_like(C, n)
-            loss = (torch.logsumexp(z, 2) - (z * self.onehot[:, None, :]).sum(2)).sum(0)
-            residual = (torch.softmax(z, 2) - self.onehot[:, None, :]) / n
+            loss = (mask[..., 0] * (torch.logsumexp(z, 2) - (z * self.onehot[:, None, :]).sum(2))).sum(0)
+            residual = mask * (torch.softmax(z, 2) - self.onehot[:, None, :]) / n_obs[None, :, None]
         f = loss / n_obs + (W * W).sum((1, 2)) / (2 * C * n_obs)
         grad_W = (residual.reshape(n, -1).T @ self.Z).view(p, self.n_outputs, d) + W / (C * n_obs)[:, None, None]
         grad = torch.cat([grad_W, residual.sum(0)[..., None]], dim=2)
         return f, grad.reshape(p, -1)
 
 
-def _solve_torch(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
-    """Fit every (C, column) problem with :func:`batched_lbfgs`; shapes as in :func:`_solve_sklearn`."""
+def _solve_torch_masked(Z, targets, row_masks, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+    """Fit every (row mask, C, column) problem as one :func:`batched_lbfgs`.
+
+    ``row_masks`` is a bool array (F, N): problem (f, c, j) fits column j at C ``c_grid[c]`` on the
+    rows of mask f. Returns ``coef (F, nC, M, D)``, ``intercept (F, nC, M)``, ``n_iter (F, nC,
+    n_cols)``, ``converged (F, nC, n_cols)`` and whether the time cap was hit.
+    """
     device = torch.device(device)
     Z_t = torch.as_tensor(Z, dtype=torch.float64, device=device)
-    n_c = len(c_grid)
+    n_masks, n_c = len(row_masks), len(c_grid)
     if link == "sigmoid":
         n_cols = targets.shape[1]
         y_t = torch.as_tensor(targets, dtype=torch.float64, device=device)
-        column = torch.arange(n_cols, device=device).repeat(n_c)  # problem = (C index, column)
     else:
         n_cols = 1
         y_t = torch.as_tensor(targets, dtype=torch.long, device=device)
-        column = None
-    C = torch.as_tensor(np.repeat(c_grid, n_cols), dtype=torch.float64, device=device)
-    objective = _LogisticObjective(Z_t, y_t, link=link, C=C, column=column, n_classes=n_classes)
+    # problem index = (mask, C index, column), column fastest
+    fraction = torch.arange(n_masks, device=device).repeat_interleave(n_c * n_cols)
+    column = torch.arange(n_cols, device=device).repeat(n_masks * n_c)
+    C = torch.as_tensor(np.tile(np.repeat(c_grid, n_cols), n_masks), dtype=torch.float64, device=device)
+    objective = _LogisticObjective(Z_t, y_t, link=link, C=C, rows=torch.as_tensor(row_masks, device=device),
+                                   fraction=fraction, column=column if link == "sigmoid" else None,
+                                   n_classes=n_classes)
     n_out = objective.n_outputs
-    theta0 = Z_t.new_zeros(n_c * n_cols, n_out * (Z.shape[1] + 1))
+    theta0 = Z_t.new_zeros(n_masks * n_c * n_cols, n_out * (Z.shape[1] + 1))
     theta, n_iter, converged, hit_cap = batched_lbfgs(objective, theta0, max_iter=max_iter, tol=tol,
                                                        time_cap_s=time_cap_s)
-    params = theta.view(n_c, n_cols * n_out, Z.shape[1] + 1).cpu().numpy()
-    return (params[..., :-1], params[..., -1], n_iter.reshape(n_c, n_cols),
-            converged.reshape(n_c, n_cols), hit_cap)
+    params = theta.view(n_masks, n_c, n_cols * n_out, Z.shape[1] + 1).cpu().numpy()
+    return (params[..., :-1], params[..., -1], n_iter.reshape(n_masks, n_c, n_cols),
+            converged.reshape(n_masks, n_c, n_cols), hit_cap)
+
+
+def _solve_torch(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+    """Fit every (C, column) problem with :func:`batched_lbfgs`; shapes as in :func:`_solve_sklearn`."""
+    coef, intercept, n_iter, converged, hit_cap = _solve_torch_masked(
+        Z, targets, np.ones((1, Z.shape[0]), dtype=bool), link=link, n_classes=n_classes, c_grid=c_grid,
+        max_iter=max_iter, tol=tol, time_cap_s=time_cap_s, device=device)
+    return coef[0], intercept[0], n_iter[0], converged[0], hit_cap
 
 
 def _solve_sklearn(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
@@ -477,21 +497,33 @@ class LinearProbe(_StandardizedProbe):
         """Fit on features already standardised with ``mean_`` and ``scale_``."""
         start = time.perf_counter()
         grid = self._check_params()
+        link, targets = self._problem(y, y_val)
+        solution = _SOLVERS[self.backend](Z, targets, link=link, n_classes=self.n_classes_, c_grid=grid,
+                                          max_iter=self.max_iter, tol=self.tol, time_cap_s=self.time_cap_s,
+                                          device=self.device)
+        return self._select(grid, *solution, Z_val, y_val, seconds=time.perf_counter() - start)
+
+    def _problem(self, y, y_val):
+        """Set ``n_classes_`` and return the solver's link and targets for labels ``y``."""
         if self.task == "multiclass":
             self.n_classes_ = _n_classes(y, y_val)
-            binary = self.n_classes_ == 2
-            link, targets = ("sigmoid", y[:, None].astype(float)) if binary else ("softmax", y)
+            self._binary = self.n_classes_ == 2
+            self._link, targets = ("sigmoid", y[:, None].astype(float)) if self._binary else ("softmax", y)
         else:
             one_class = [j for j in range(y.shape[1]) if np.unique(y[~np.isnan(y[:, j]), j]).size < 2]
             if one_class:
                 raise ValueError(f"labels {one_class} have fewer than two classes among the training rows")
-            self.n_classes_, binary, link, targets = y.shape[1], False, "sigmoid", y
-        coef, intercept, n_iter, converged, self.hit_time_cap_ = _SOLVERS[self.backend](
-            Z, targets, link=link, n_classes=self.n_classes_, c_grid=grid, max_iter=self.max_iter, tol=self.tol,
-            time_cap_s=self.time_cap_s, device=self.device)
+            self.n_classes_, self._binary, self._link, targets = y.shape[1], False, "sigmoid", y
+        return self._link, targets
+
+    def _select(self, grid, coef, intercept, n_iter, converged, hit_time_cap, Z_val, y_val, *, seconds):
+        """Score every fitted C on the validation split and keep the best (``seconds``: the solve's share)."""
+        start = time.perf_counter()
+        self.hit_time_cap_ = hit_time_cap
         self.val_auroc_ = np.full(grid.size, np.nan)
         for c_index in np.flatnonzero(np.isfinite(coef).all(axis=(1, 2))):
-            probs = _linear_probabilities(Z_val, coef[c_index], intercept[c_index], link=link, binary_multiclass=binary)
+            probs = _linear_probabilities(Z_val, coef[c_index], intercept[c_index], link=self._link,
+                                          binary_multiclass=self._binary)
             self.val_auroc_[c_index] = np.nanmean(per_class_auroc(y_val, probs, task=self.task))
         if np.all(np.isnan(self.val_auroc_)):
             raise ValueError("no C value could be scored: the validation labels have no class with both outcomes")
@@ -501,8 +533,7 @@ class LinearProbe(_StandardizedProbe):
         self.converged_by_c_, self.n_iter_by_c_ = converged.all(axis=1), n_iter.max(axis=1)
         self.converged_ = bool(self.converged_by_c_[best])
         self.n_iter_ = int(self.n_iter_by_c_[best])
-        self._link, self._binary = link, binary
-        self.fit_seconds_ = time.perf_counter() - start
+        self.fit_seconds_ = seconds + time.perf_counter() - start
         if not self.converged_:
             logger.info("linear probe (C=%g) stopped before converging after %d iterations", self.C_, self.n_iter_)
         return self
@@ -513,16 +544,43 @@ class LinearProbe(_StandardizedProbe):
         return _linear_probabilities(Z, self.coef_, self.intercept_, link=self._link, binary_multiclass=self._binary)
 
 
+#: How :func:`fit_linear_probes` solves the fractions of one cell-seed with the torch backend **[ours]**.
+SOLVES = ("masked", "per_fraction")
+
+
+def default_solve(device) -> str:
+    """The faster torch solve of :func:`fit_linear_probes` on ``device`` (measured, see there)."""
+    return "masked" if torch.device(device).type == "cuda" else "per_fraction"
+
+
 def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C_GRID, backend="torch", device="cpu",
                       max_iter=200, tol=1e-4, time_cap_s=None, standardize_with=None, val_subsets=None,
-                      progress=True):
+                      progress=True, solve=None):
     """Fit one linear probe per label fraction, all standardised with the full train split.
 
     This is the run grid's entry point (DESIGN.md section 7: a probe is fitted once per cell, seed
     and fraction). With the torch backend each fraction's probe fits all its C values (and labels)
-    as one batched L-BFGS. The fractions are solved one after another **[ours]**: their row subsets
-    differ, and one batch over all of them would spend the full train split's compute on every
-    subset (1.41 N rows in turn instead of 5 N for the fractions 1, 5, 10, 25 and 100 %).
+    as a batched L-BFGS, in one of two ways **[ours]** (``solve``; both give the same probes up to
+    the solver tolerance, and each is a deterministic function of its inputs):
+
+    ``"masked"``
+        One batched L-BFGS over every (fraction, C[, label]) problem of the cell-seed: each problem's
+        loss runs over its own fraction's rows (a row mask on the shared standardised features). One
+        solver loop instead of one per fraction, but each objective evaluation pays for the full
+        train split on every fraction's problems (5 N rows instead of 1.41 N for the fractions 1, 5,
+        10, 25 and 100 %).
+    ``"per_fraction"``
+        One batched L-BFGS per fraction, on that fraction's rows only.
+
+    ``solve=None`` picks :func:`default_solve`: ``"per_fraction"`` on a CPU, ``"masked"`` on a GPU,
+    where one solver loop's per-iteration overhead is expected to outweigh the extra arithmetic (not
+    yet measured: no GPU has been lent; ``benchmarks/probes.py --demo-cell --device cuda``). Measured with
+    ``benchmarks/probes.py --demo-cell`` on the demo's heaviest cell-seed (CheXpert-like, 840 train
+    x 14 labels x 7 C x 5 fractions, ``max_iter`` 100, one thread, a 2-core x86-64 VM shared with other
+    jobs; two runs): per-fraction 1.6-1.7 s, masked 2.5-2.8 s (x1.5-1.7), scikit-learn 4.6-5.1 s at
+    128-d features; 9.6-16.4 s, 11.1-23.9 s (x1.2-1.5) and 13.0-31.4 s at 1280-d. The masked solve
+    chose the same C at every fraction, with probabilities within 6e-11 of the per-fraction solve.
+    The scikit-learn backend always fits per fraction.
 
     Parameters
     ----------
@@ -534,7 +592,8 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     X_val, y_val : arrays
         The validation split, which picks C.
     task, c_grid, backend, device, max_iter, tol, time_cap_s
-        As in :class:`LinearProbe`.
+        As in :class:`LinearProbe`. ``time_cap_s`` is per probe; the masked solve gets the caps of
+        all its fractions together (``time_cap_s`` x the number of fractions) **[ours]**.
     standardize_with : array of shape (M, D) or None
         Features that define the standardisation; None uses ``X_train``.
     val_subsets : dict[float, array of int] or None
@@ -543,11 +602,14 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
         whole validation split at every fraction.
     progress : bool, default True
         Show a progress bar over the fractions.
+    solve : {"masked", "per_fraction"} or None, default None
+        See above; only ``"per_fraction"`` (or None) with the sklearn backend.
 
     Returns
     -------
     dict[float, LinearProbe]
-        A fitted probe per fraction.
+        A fitted probe per fraction. After a masked solve, each probe's ``fit_seconds_`` is an equal
+        share of the joint solve plus its own validation scoring.
 
     Examples
     --------
@@ -561,22 +623,59 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     X_train, y_train, X_val, y_val = _check_fit_inputs(task, X_train, y_train, X_val, y_val)
     if not isinstance(subsets, dict) or not subsets:
         raise ValueError("subsets must be a non-empty dict {label fraction: row indices}")
+    if solve is None:
+        solve = default_solve(device) if backend == "torch" else "per_fraction"
+    if solve not in SOLVES or (solve == "masked" and backend != "torch"):
+        raise ValueError(f"solve must be one of {SOLVES} ('masked' needs backend='torch'), got {solve!r}")
     mean, scale = feature_standardization(X_train if standardize_with is None else standardize_with)
     if mean.shape[0] != X_train.shape[1]:
         raise ValueError(f"standardize_with has {mean.shape[0]} features but X_train has {X_train.shape[1]}")
     Z_train, Z_val = (X_train - mean) / scale, (X_val - mean) / scale
     if val_subsets is not None and set(val_subsets) != set(subsets):
         raise ValueError(f"val_subsets has fractions {sorted(val_subsets)}, subsets {sorted(subsets)}")
+    rows = {f: _check_rows(r, X_train.shape[0], f"subsets[{f}]") for f, r in subsets.items()}
+    val_rows = {f: np.arange(len(Z_val)) if val_subsets is None
+                else _check_rows(val_subsets[f], X_val.shape[0], f"val_subsets[{f}]") for f in subsets}
     probes = {}
-    for fraction, rows in tqdm(subsets.items(), desc=f"linear probes ({backend})", disable=not progress):
-        rows = _check_rows(rows, X_train.shape[0], f"subsets[{fraction}]")
-        val_rows = (np.arange(len(Z_val)) if val_subsets is None
-                    else _check_rows(val_subsets[fraction], X_val.shape[0], f"val_subsets[{fraction}]"))
+    for fraction in subsets:
         probe = LinearProbe(task=task, c_grid=c_grid, backend=backend, device=device, max_iter=max_iter, tol=tol,
                             time_cap_s=time_cap_s)
         probe.mean_, probe.scale_ = mean, scale
-        probes[fraction] = probe._fit_standardized(Z_train[rows], y_train[rows], Z_val[val_rows], y_val[val_rows])
+        probes[fraction] = probe
+    if solve == "per_fraction":
+        for fraction, probe in tqdm(probes.items(), desc=f"linear probes ({backend})", disable=not progress):
+            probe._fit_standardized(Z_train[rows[fraction]], y_train[rows[fraction]], Z_val[val_rows[fraction]],
+                                    y_val[val_rows[fraction]])
+        return probes
+    _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows)
     return probes
+
+
+def _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows):
+    """The masked solve of :func:`fit_linear_probes`: one batched L-BFGS per group of fractions that share
+    the link and the class count (one group unless a small fraction lacks the top class)."""
+    groups = {}
+    for fraction, probe in probes.items():
+        grid = probe._check_params()
+        link, _ = probe._problem(y_train[rows[fraction]], y_val[val_rows[fraction]])
+        groups.setdefault((link, probe.n_classes_), []).append(fraction)
+    for (link, n_classes), fractions in groups.items():
+        start = time.perf_counter()
+        masks = np.zeros((len(fractions), Z_train.shape[0]), dtype=bool)
+        for i, fraction in enumerate(fractions):
+            masks[i, rows[fraction]] = True
+        # rows outside every mask of the group carry no weight; give them a valid class id
+        targets = np.where(masks.any(axis=0), y_train.T, 0).T
+        targets = targets[:, None].astype(float) if link == "sigmoid" and targets.ndim == 1 else targets
+        first = probes[fractions[0]]
+        cap = None if first.time_cap_s is None else first.time_cap_s * len(fractions)
+        coef, intercept, n_iter, converged, hit_cap = _solve_torch_masked(
+            Z_train, targets, masks, link=link, n_classes=n_classes, c_grid=grid, max_iter=first.max_iter,
+            tol=first.tol, time_cap_s=cap, device=first.device)
+        share = (time.perf_counter() - start) / len(fractions)
+        for i, fraction in enumerate(fractions):
+            probes[fraction]._select(grid, coef[i], intercept[i], n_iter[i], converged[i], hit_cap,
+                                     Z_val[val_rows[fraction]], y_val[val_rows[fraction]], seconds=share)
 
 
 def _check_rows(rows, n: int, name: str) -> np.ndarray:

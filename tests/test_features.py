@@ -192,3 +192,48 @@ def test_a_killed_extraction_resumes_with_identical_features(tmp_path, tiny):
     fresh = run(tiny.make(), images, tmp_path / "fresh", batch_size=2, chunk_size=4)[("clean", "final")]
     np.testing.assert_array_equal(resumed, fresh)
     assert not list(cache.glob("partial/*/*"))
+
+
+def test_a_corrupt_entry_fails_its_sha256_and_is_recomputed(tmp_path, tiny, caplog):
+    images = write_images(tmp_path / "img")
+    good = run(tiny.make(), images, tmp_path / "cache")[("clean", "final")]
+    meta = next((tmp_path / "cache").glob("*/*.meta.json"))
+    assert json.loads(meta.read_text())["sha256"] == features.array_sha256(good)
+    array_path = meta.with_name(meta.name.replace(".meta.json", ".npy"))
+    data = bytearray(array_path.read_bytes())
+    data[-5] ^= 0xFF  # one flipped byte in the last feature value; the header stays valid
+    array_path.write_bytes(bytes(data))
+    tiny.Tiny.calls = 0
+    with caplog.at_level("WARNING", logger="crsrepro.features"):
+        again = run(tiny.make(), images, tmp_path / "cache")[("clean", "final")]
+    assert tiny.Tiny.calls > 0 and "sha256" in caplog.text and array_path.name in caplog.text
+    np.testing.assert_array_equal(good, again)
+    tiny.Tiny.calls = 0
+    run(tiny.make(), images, tmp_path / "cache")  # the rewritten entry passes its check
+    assert tiny.Tiny.calls == 0
+
+
+def test_the_image_cache_degrades_once_for_all_encoders_with_identical_features(tmp_path, tiny, monkeypatch):
+    import crsrepro.data
+    from crsrepro import perturb
+
+    monkeypatch.setattr(features, "IMAGE_CHUNK_SIZE", 3)  # 7 images: chunks of 3, 3 and 1
+    decoded, degraded = [], []
+    real_read, real_apply = crsrepro.data.read_image, perturb.apply_condition
+    monkeypatch.setattr(crsrepro.data, "read_image", lambda path: decoded.append(path) or real_read(path))
+    monkeypatch.setattr(perturb, "apply_condition", lambda *a: degraded.append(a[1:]) or real_apply(*a))
+    images = write_images(tmp_path / "img")  # 24..30 x 30 px: ragged at the canonical size 20
+    kw = dict(conditions=("clean", "jpeg@2", "rician_noise@1"), layers=("final", "depth50"), canonical_size=20,
+              batch_size=2)
+    plain = run(tiny.make(), images, tmp_path / "plain", **kw)
+    assert len(decoded) == 7 and len(degraded) == 14
+    decoded.clear(), degraded.clear()
+    first = run(tiny.make(), images, tmp_path / "first", image_cache_dir=tmp_path / "images", **kw)
+    assert len(decoded) == 7 and len(degraded) == 14  # the cold image cache: decoded and degraded once
+    decoded.clear(), degraded.clear()
+    later = run(tiny.make(), images, tmp_path / "later", image_cache_dir=tmp_path / "images", num_workers=2, **kw)
+    assert decoded == [] and degraded == []  # a later encoder reads the degraded images
+    assert len(list((tmp_path / "images").glob("*/*/*.shapes.npy"))) == 3 * 3
+    for pair in plain:
+        np.testing.assert_array_equal(first[pair], plain[pair])
+        np.testing.assert_array_equal(later[pair], plain[pair])

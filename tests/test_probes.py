@@ -79,6 +79,33 @@ def test_fit_linear_probes_fits_each_subset_with_full_train_standardisation(back
         fit_linear_probes(X, y, {0.1: np.array([10_000])}, X_val, y_val, task="multiclass", progress=False)
 
 
+@pytest.mark.parametrize("task, n_out", [("multiclass", 4), ("multiclass", 2), ("multilabel", 3)])
+def test_masked_solve_agrees_with_the_per_fraction_solve(task, n_out):
+    X, y, X_val, y_val = _world(task, n=800, n_out=n_out)
+    subsets = {0.1: np.arange(40), 0.5: np.arange(200), 1.0: np.arange(X.shape[0])}
+    val_subsets = {0.1: np.arange(100), 0.5: np.arange(200), 1.0: np.arange(X_val.shape[0])}
+    fits = {solve: fit_linear_probes(X, y, subsets, X_val, y_val, task=task, c_grid=SMALL_GRID, max_iter=500,
+                                     val_subsets=val_subsets, solve=solve, progress=False)
+            for solve in ("per_fraction", "masked")}
+    for fraction in subsets:
+        masked, alone = fits["masked"][fraction], fits["per_fraction"][fraction]
+        assert masked.C_ == alone.C_ and masked.converged_ and alone.converged_
+        np.testing.assert_array_equal(masked.n_iter_by_c_, alone.n_iter_by_c_)
+        np.testing.assert_allclose(masked.val_auroc_, alone.val_auroc_, atol=1e-6)
+        np.testing.assert_allclose(masked.predict_proba(X_val), alone.predict_proba(X_val), atol=1e-6)
+    # a fraction whose rows lack the top class has fewer classes: it is solved in its own group
+    small = {0.1: np.flatnonzero(y != y.max())[:60], 1.0: np.arange(X.shape[0])} if task == "multiclass" else None
+    if small is not None and n_out > 2:
+        val_small = {0.1: np.flatnonzero(y_val != y.max()), 1.0: np.arange(X_val.shape[0])}
+        a, b = (fit_linear_probes(X, y, small, X_val, y_val, task=task, c_grid=SMALL_GRID, max_iter=500,
+                                  val_subsets=val_small, solve=solve, progress=False)
+                for solve in ("masked", "per_fraction"))
+        assert a[0.1].n_classes_ == n_out - 1 == b[0.1].n_classes_
+        np.testing.assert_allclose(a[0.1].predict_proba(X_val), b[0.1].predict_proba(X_val), atol=1e-6)
+    with pytest.raises(ValueError, match="solve"):
+        fit_linear_probes(X, y, subsets, X_val, y_val, task=task, backend="sklearn", solve="masked", progress=False)
+
+
 @pytest.mark.parametrize("backend", ["sklearn", "torch"])
 def test_time_cap_and_iteration_budget_are_recorded(backend):
     X, y, X_val, y_val = _world("multiclass")
