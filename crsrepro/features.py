@@ -147,12 +147,14 @@ def array_sha256(array: np.ndarray) -> str:
 def _read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
     """The cached array of ``key``, or None if it is absent, incomplete or fails its check (then it is
     recomputed: a warning names the file). The check recomputes the array's SHA-256 and compares it
-    with the sidecar's; an entry written before the check existed has none and is recomputed once."""
+    with the sidecar's. An entry written before the check existed (its sidecar has no ``sha256``; it was
+    still written atomically, the sidecar last) gets its digest recorded on this first read, so a cache
+    built by an earlier version is checked from then on instead of being recomputed."""
     array_path, meta_path = _entry_paths(cache_dir, key)
     if not meta_path.is_file() or not array_path.is_file():
         return None  # absent, or killed before the meta file that marks it complete
     try:
-        expected = json.loads(meta_path.read_text()).get("sha256")
+        meta = json.loads(meta_path.read_text())
         array = np.load(array_path, allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         logger.warning("feature cache entry %s is unreadable (%s); recomputing", array_path, exc)
@@ -161,7 +163,11 @@ def _read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
         logger.warning("feature cache entry %s has shape %s, expected %d rows; recomputing",
                        array_path, array.shape, n_rows)
         return None
-    if array_sha256(array) != expected:
+    digest = array_sha256(array)
+    if "sha256" not in meta:
+        logger.info("feature cache entry %s: recording its sha256 (written before entries were checked)", array_path)
+        atomic_write(meta_path, json.dumps({**meta, "sha256": digest}, indent=1, sort_keys=True).encode())
+    elif digest != meta["sha256"]:
         logger.warning("feature cache entry %s does not match the sha256 of %s; recomputing", array_path,
                        meta_path.name)
         return None

@@ -237,3 +237,20 @@ def test_the_image_cache_degrades_once_for_all_encoders_with_identical_features(
     for pair in plain:
         np.testing.assert_array_equal(first[pair], plain[pair])
         np.testing.assert_array_equal(later[pair], plain[pair])
+
+
+def test_an_entry_from_before_the_check_gets_its_digest_recorded_not_recomputed(tmp_path, tiny):
+    import json
+
+    images = write_images(tmp_path / "img", n=4)
+    encoder = tiny.make()
+    out = run(encoder, images, tmp_path / "cache")
+    meta_path = next((tmp_path / "cache").rglob("*.meta.json"))
+    meta = json.loads(meta_path.read_text())
+    digest = meta.pop("sha256")
+    meta_path.write_text(json.dumps(meta))  # as an earlier version wrote it
+    calls = type(encoder).calls
+    again = run(encoder, images, tmp_path / "cache")
+    assert type(encoder).calls == calls  # read, not recomputed
+    assert np.array_equal(again[("clean", "final")], out[("clean", "final")])
+    assert json.loads(meta_path.read_text())["sha256"] == digest
