@@ -1,0 +1,107 @@
+"""LoRA fine-tuning (issue 13): only adapters and head train, the base is unchanged bit for bit, a
+resumed run equals an uninterrupted one, and the rows land in the tidy schema with regime lora."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from crsrepro.encoders import create_encoder
+from crsrepro.lora import (LoraError, _loss, adapt, adaptable, base_state, compare, lora_grid, lora_profiles, lora_targets,
+                           paper_gpu_hours, train)
+from crsrepro.profiles import load_profile
+from crsrepro.results import COLUMNS
+
+
+def _batch(n=16, size=96, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return torch.from_numpy(rng.integers(0, 256, (n, 3, size, size), dtype=np.uint8)), rng.integers(0, classes, n)
+
+
+def _state_equal(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("encoder_id", ["demo.random_cnn", "demo.random_vit"])
+def test_only_adapters_and_head_train_and_the_base_is_unchanged(encoder_id):
+    encoder = create_encoder(encoder_id)
+    original = base_state(encoder.model)
+    adapted = adapt(encoder, seed=0)
+    assert {n for n, p in adapted.model.named_parameters() if p.requires_grad} == \
+        {n for n, _ in adapted.model.named_parameters() if "lora_" in n} != set()
+    before = {k: v for k, v in base_state(adapted.model).items()}
+    images, labels = _batch()
+    fine = train(adapted, images, labels, task="multiclass", n_outputs=3, seed=0, epochs=1, batch_size=8)
+    assert _state_equal(base_state(adapted.model), before)  # weights and BatchNorm statistics, bit for bit
+    assert _state_equal(base_state(encoder.model), original)  # the encoder itself is never touched
+    assert _state_equal(before, original)
+    lora_b = [v for k, v in fine.trainable_state().items() if "lora_B" in k]
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero: the adapters did train
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
+    encoder = create_encoder("demo.random_cnn")
+    images, labels = _batch()
+    kwargs = dict(task="multiclass", n_outputs=3, seed=1, batch_size=8)
+    whole = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "a", **kwargs)
+    train(adapt(encoder, seed=1), images, labels, epochs=1, checkpoint_dir=tmp_path / "b", **kwargs)  # killed after 1
+    resumed = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "b", **kwargs)
+    assert resumed.resumed_from == 1 and whole.resumed_from == 0
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["epoch_1.pt", "epoch_2.pt"]
+    assert _state_equal(resumed.trainable_state(), whole.trainable_state())
+    done = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "a", **kwargs)
+    assert done.resumed_from == 2 and _state_equal(done.trainable_state(), whole.trainable_state())
+
+
+def test_multilabel_loss_ignores_uncertain_labels():
+    logits = torch.tensor([[2.0, -1.0], [-0.5, 3.0]])
+    labels = torch.tensor([[1.0, np.nan], [0.0, np.nan]])
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 0], labels[:, 0])
+    assert torch.isclose(_loss(logits, labels, "multilabel"), expected)
+
+
+def test_targets_cover_five_demo_networks():
+    demo = load_profile("demo")
+    assert len(adaptable(demo.encoders)) >= 5
+    with pytest.raises(LoraError, match="demo.texture: no LoRA target modules"):
+        lora_targets(create_encoder("demo.texture").spec)
+
+
+def test_paper_gpu_hours_scales_with_throughput():
+    assert paper_gpu_hours(1550.0) == pytest.approx(2 * paper_gpu_hours(3100.0))
+    assert paper_gpu_hours(fractions=(1.0,), n_seeds=1, epochs=1) < paper_gpu_hours()
+
+
+def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
+                                               "perturbations": ["jpeg"], "control_probes": {"probes": []}})
+    cells = [("demo.random_cnn", "aptos2019")]
+    rows = lora_grid(profile, cells=cells, seeds=[0], epochs=1, batch_size=16)
+    assert list(rows.columns) == COLUMNS and set(rows["regime"]) == {"lora"}
+    assert set(rows["condition"]) == {"clean", "jpeg@2"} and "temperature" in set(rows["recalibrator"])
+    assert set(rows["label_fraction"]) == {0.25, 1.0}
+    profiles = lora_profiles(rows)
+    assert len(profiles) == 1 and np.isfinite(profiles[["auroc", "ece", "retention", "robustness"]].to_numpy()).all()
+    checkpoints = list((profile.output_path / "lora" / "checkpoints").rglob("epoch_1.pt"))
+    assert len(checkpoints) == 2  # one per fraction
+    again = lora_grid(profile, cells=cells, seeds=[0], epochs=1, batch_size=16)
+    pd.testing.assert_frame_equal(again, rows)
+
+
+def _profiles(scores):
+    return pd.DataFrame([dict(encoder=e, dataset=d, seed=s, auroc=a, ece=0.1, retention=0.9, robustness=0.9)
+                         for (e, d), a in scores.items() for s in (0, 1)])
+
+
+def test_compare_counts_reversals_leaders_and_gains():
+    frozen = _profiles({("a", "x"): 0.9, ("b", "x"): 0.8, ("c", "x"): 0.7, ("a", "y"): 0.9, ("b", "y"): 0.8})
+    lora = _profiles({("a", "x"): 0.85, ("b", "x"): 0.95, ("c", "x"): 0.75, ("a", "y"): 0.95, ("b", "y"): 0.85})
+    result = compare(frozen, lora)
+    x = result.per_domain.set_index("dataset").loc["x"]
+    assert x["reversed_pairs"] == 1 and x["leader_frozen"] == "a" and x["leader_lora"] == "b" and x["leader_changed"]
+    assert x["auroc_gain"] == pytest.approx((-0.05 + 0.15 + 0.05) / 3)
+    assert not result.per_domain.set_index("dataset").loc["y", "leader_changed"]
+    assert set(result.crs.ranks.index) == {"a", "b", "c"} and result.movers["shift"].abs().is_monotonic_decreasing
