@@ -317,17 +317,22 @@ def finetune(encoder_id: str, dataset: str, seed: int, *, rank: int = 8, alpha: 
                  params={**params, "epochs": epochs, "label_fraction": label_fraction, "key": key})
 
 
-def _embeddings(fine: FineTuned, requests: dict, batch_size: int) -> dict:
-    """The grid's feats dict, from the fine-tuned network: pool (clean), test (every condition), transfers."""
+def _embeddings(fine: FineTuned, requests: dict, val_rows: np.ndarray, batch_size: int) -> dict:
+    """The grid's feats dict, from the fine-tuned network: test (every condition), transfers (clean), and
+    of the pool only the val rows (what recalibration reads; the train rows stay NaN, unread)."""
     from crsrepro.features import forward_batch
 
     out = {}
     for name, r in requests.items():
-        stack = _load_images(fine.encoder.spec, r.images, r.conditions, r.canonical_size, batch_size)
+        images = r.images.iloc[val_rows] if name == "pool" else r.images
+        stack = _load_images(fine.encoder.spec, images, r.conditions, r.canonical_size, batch_size)
         by_condition = {c: np.concatenate([forward_batch(fine.encoder, stack[i:i + batch_size, j], ("final",))["final"]
                                            .float().cpu().numpy() for i in range(0, len(stack), batch_size)])
                         for j, c in enumerate(r.conditions)}
         out[name] = by_condition if name == "test" else by_condition[CLEAN]
+    pool = np.full((len(requests["pool"].images), out["pool"].shape[1]), np.nan, np.float32)
+    pool[val_rows] = out["pool"]
+    out["pool"] = pool
     return out
 
 
@@ -337,7 +342,7 @@ def score(fine: FineTuned, profile: Profile, view, seed: int, label_fraction: fl
     from crsrepro.grid import _feature_requests, _Unit
 
     unit = _Unit(profile, get_spec(fine.encoder.spec.id), view, seed, LINEAR)
-    feats = _embeddings(fine, _feature_requests(profile, view), profile.features.batch_size)
+    feats = _embeddings(fine, _feature_requests(profile, view), unit.val_rows, profile.features.batch_size)
     cases = {}
     rows = pd.DataFrame(unit._scored(label_fraction, fine, feats, cases)).assign(regime=STAGE)
     return rows, cases
