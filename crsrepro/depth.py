@@ -180,12 +180,13 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
                              f"{profile.name!r}'s datasets {profile.datasets}")
     store = ResultStore(Path(output_dir or profile.output_path) / STAGE)
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    views, keys = {}, []
+    views, loaded, keys = {}, {}, []
     for encoder_id, dataset in pairs:
         if dataset not in views:
             views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
-        view, spec = views[dataset], get_spec(encoder_id)
-        encoder = create_encoder(encoder_id, device=profile.features.device)
+        if encoder_id not in loaded:
+            loaded[encoder_id] = create_encoder(encoder_id, device=profile.features.device)
+        view, spec, encoder = views[dataset], get_spec(encoder_id), loaded[encoder_id]
         requests, layers = _feature_requests(profile, view), taps(spec)
         units = [_Unit(profile, spec, view, seed, LINEAR) for seed in profile.seeds]
         todo = []

@@ -372,11 +372,13 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
     root = Path(output_dir or profile.output_path)
     store = ResultStore(root / STAGE)
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    views, keys = {}, []
+    views, loaded, keys = {}, {}, []
     for encoder_id, dataset in cells:
         if dataset not in views:
             views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
-        encoder = create_encoder(encoder_id, device=profile.features.device)
+        if encoder_id not in loaded:
+            loaded[encoder_id] = create_encoder(encoder_id, device=profile.features.device)
+        encoder = loaded[encoder_id]
         for seed in seeds:
             for fraction in fractions:
                 key = _rowset_key(profile, encoder, views[dataset], seed, fraction, epochs, options)
