@@ -7,7 +7,8 @@
    ``pretrained=False``: the weights do not change the speed, and nothing is downloaded).
 3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs,
    :func:`crsrepro.lora.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
-   from the ~3,100 img/s that issue 13 quotes for one H200 (not measured here).
+   from the planner's documented rate (``crsrepro.plan.THROUGHPUTS``: the ~3,100 img/s that issue 13
+   quotes for one H200, not measured here).
 
 Usage::
 
@@ -25,8 +26,8 @@ import numpy as np
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.lora import (DEFAULT_BATCH_SIZE, H200_VIT_B16_IMG_S, _embed, _loss, adapt, adaptable,
-                           paper_gpu_hours)
+from crsrepro.lora import DEFAULT_BATCH_SIZE, _embed, _loss, adapt, adaptable, paper_gpu_hours
+from crsrepro.plan import THROUGHPUTS
 from crsrepro.profiles import load_profile
 
 N_CLASSES = 5  # [ours] APTOS's five grades; the head's size does not change the step's cost
@@ -106,7 +107,8 @@ def main() -> None:
                                sync=torch.cuda.synchronize)
         source = f"measured here on {torch.cuda.get_device_name()}"
     else:
-        rate, source = H200_VIT_B16_IMG_S, "quoted in issue 13 for one H200 (not measured here: no GPU)"
+        quoted = THROUGHPUTS["gpu_lora_vit_b16"]
+        rate, source = quoted.value, f"not measured here (no GPU): {quoted.source}"
     print(f"ViT-B/16 LoRA step, bf16, batch {args.gpu_batch}: {rate:,.0f} img/s ({source})")
     print(f"the paper's LoRA protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs): "
           f"{paper_gpu_hours(rate):.1f} GPU-hours at {rate:,.0f} img/s")

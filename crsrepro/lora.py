@@ -57,22 +57,26 @@ DEFAULT_BATCH_SIZE = 32  # [ours] on the CPU; the GPU protocol uses 128 (benchma
 @dataclass(frozen=True)
 class LoraPlan:
     """What :func:`lora_grid` runs for a profile: the first ``n_seeds`` seeds, these label fractions,
-    and ``epochs`` per fine-tune."""
+    ``epochs`` per fine-tune, and the adaptable encoders left out (``exclude``)."""
 
     n_seeds: int
     fractions: tuple[float, ...]
     epochs: int
+    exclude: tuple[str, ...] = ()
 
 
 PLANS = {
     "paper": LoraPlan(n_seeds=3, fractions=(0.01, 0.05, 0.10, 0.25, 1.0), epochs=8),
-    "demo": LoraPlan(n_seeds=3, fractions=(0.25, 1.0), epochs=3),
+    "demo": LoraPlan(n_seeds=2, fractions=(0.25, 1.0), epochs=2, exclude=("demo.effnet_lite0",)),
     "smoke": LoraPlan(n_seeds=2, fractions=(0.25, 1.0), epochs=1),
 }
 """Per profile, the LoRA protocol. ``paper``: DESIGN.md section 11 (3 seeds, 8 epochs, full labels and
-the 1/5/10/25 % fractions [ours: inferred]). ``demo`` [ours]: 3 seeds, 25 % and 100 % labels (the
-fewest fractions that give a retention), 3 epochs, to fit the book's CPU budget. A profile not named
-here uses the demo plan."""
+the 1/5/10/25 % fractions [ours: inferred]). ``demo`` [ours]: 2 seeds, 25 % and 100 % labels (the
+fewest fractions that give a retention), 2 epochs, and the six TinyCNN / ViT networks without
+EfficientNet-Lite0 (its LoRA step runs at ~37 img/s on one CPU thread against ~200 for the others,
+``benchmarks/lora.py``, and its forward at 129 img/s against 1,180: it alone would take about half of
+the demo's LoRA time), to fit the book's CPU budget. ``smoke``: 2 seeds, 1 epoch, every network.
+A profile not named here uses the demo plan."""
 
 
 class LoraError(CrsreproError, ValueError):
@@ -365,7 +369,11 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
 
     profile = _as_profile(profile)
     plan = PLANS.get(profile.name, PLANS["demo"])
-    cells = cells or grid_cells(profile, adaptable(profile.encoders))
+    if cells is None:
+        encoders = [e for e in adaptable(profile.encoders) if e not in plan.exclude]
+        cells = grid_cells(profile, encoders)
+        log.info("lora: %d cells of %s; left out: %s (not adaptable or excluded by the plan)", len(cells),
+                 encoders, sorted(set(profile.encoders) - set(encoders)))
     seeds = list(seeds or profile.seeds[:plan.n_seeds])
     fractions = list(fractions or [f for f in plan.fractions if f in profile.label_fractions])
     epochs = epochs or plan.epochs
@@ -487,28 +495,27 @@ def compare(frozen: pd.DataFrame, lora: pd.DataFrame, frame=None) -> LoraCompari
     return LoraComparison(pd.DataFrame(rows), crs, movers.drop(columns="abs_shift"), crs.top3_overlap == 1.0)
 
 
-PAPER_TRAIN_IMAGES = {"isic2019": 25331, "aptos2019": 3662, "chexpert": 223414}
-"""The images of the paper's three training releases (ISIC 2019 training set, APTOS 2019 train.csv,
-CheXpert v1.0 train); a seed's train split holds :data:`TRAIN_SHARE` of them."""
-PAPER_ENCODERS_PER_DATASET = {"isic2019": 15, "aptos2019": 13, "chexpert": 15}  # 43 cells
-TRAIN_SHARE = 0.7  # [ours] the 70/10/20 split's train share
-H200_VIT_B16_IMG_S = 3100.0
-"""Training throughput of one LoRA step of ViT-B/16, bf16, batch 128, on one H200: the figure quoted in
-issue 13 (measured there, not by this package; ``benchmarks/lora.py`` measures it where a GPU is present)."""
-
-
-def paper_gpu_hours(images_per_second: float = H200_VIT_B16_IMG_S, *, n_seeds: int = 3, epochs: int = 8,
+def paper_gpu_hours(images_per_second: float | None = None, *, n_seeds: int = 3, epochs: int = 8,
                     fractions=(0.01, 0.05, 0.10, 0.25, 1.0)) -> float:
-    """GPU-hours of the paper's LoRA protocol: 43 cells x ``n_seeds`` seeds x the label regimes x
-    ``epochs`` epochs, each epoch one pass over the cell's train split at that fraction, at a training
-    throughput of ``images_per_second`` (forward + backward + step; evaluation passes not counted).
+    """GPU-hours of the paper's LoRA protocol: its 43 cells x ``n_seeds`` seeds x the label regimes x
+    ``epochs`` epochs, each epoch one pass over the cell's labelled train images (the planner's counts:
+    :data:`crsrepro.plan.DATASET_IMAGES` x the train share), at ``images_per_second``.
+
+    The default rate is the planner's ``gpu_lora_vit_b16`` (:data:`crsrepro.plan.THROUGHPUTS`): about
+    3,100 img/s for a ViT-B/16 LoRA step in bf16 at batch 128 on one H200, the figure quoted in issue 13
+    (not measured by this package; ``benchmarks/lora.py`` measures it on a GPU). Every encoder is costed
+    at that one rate; ``crsrepro plan --profile paper`` scales it per encoder.
 
     >>> round(paper_gpu_hours(), 1)
-    8.0
+    7.0
     """
-    per_epoch = sum(PAPER_ENCODERS_PER_DATASET[d] * n * TRAIN_SHARE for d, n in PAPER_TRAIN_IMAGES.items())
-    return per_epoch * sum(fractions) * n_seeds * epochs / images_per_second / 3600
+    from crsrepro.grid import cells
+    from crsrepro.plan import DATASET_IMAGES, SPLIT_SHARES, THROUGHPUTS
+
+    rate = images_per_second or THROUGHPUTS["gpu_lora_vit_b16"].value
+    per_epoch = sum(DATASET_IMAGES[dataset][0] * SPLIT_SHARES["train"] for _, dataset in cells("paper"))
+    return per_epoch * sum(fractions) * n_seeds * epochs / rate / 3600
 
 
 __all__ = ["LoraComparison", "LoraError", "LoraPlan", "PLANS", "adapt", "adaptable", "base_state", "compare",
-           "finetune", "lora_grid", "lora_profiles", "lora_targets", "paper_gpu_hours", "H200_VIT_B16_IMG_S", "score", "train"]
+           "finetune", "lora_grid", "lora_profiles", "lora_targets", "paper_gpu_hours", "score", "train"]
