@@ -293,6 +293,28 @@ class RunAnalysis:
 
         return absolute_label_efficiency(self.runs, fraction=fraction, reference_encoder=reference_encoder)
 
+    # ------------------------------------------------------------------ layer depth and LoRA (chapters 06, 07)
+    @cached_property
+    def depth(self) -> pd.DataFrame:
+        """The layer-depth sweep's per-seed profiles (chapter 06; :func:`crsrepro.depth.sweep`, keyed and cached)."""
+        from crsrepro.depth import sweep
+
+        return sweep(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def lora_results(self) -> pd.DataFrame:
+        """The LoRA grid's tidy rows (regime ``lora``; :func:`crsrepro.lora.lora_grid`, keyed and cached)."""
+        from crsrepro.lora import lora_grid
+
+        return lora_grid(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def lora(self):
+        """Frozen vs LoRA (chapter 07): :func:`crsrepro.lora.compare`, both scored with the frozen frame."""
+        from crsrepro.lora import compare, lora_profiles
+
+        return compare(self.reliability_profiles, lora_profiles(self.lora_results), frame=self.frame)
+
     # ------------------------------------------------------------------ the claims page
     @cached_property
     def measurements(self) -> dict:
