@@ -6,7 +6,10 @@ transfer set (``mimic_cxr``) scored without retraining. :func:`enumerate_runs` l
 ``paper`` profile that is the paper's 17,575 runs = 3,515 seed-aggregated rows x 5 seeds over 43
 encoder-dataset cells.
 
-:func:`run_grid` executes them on one machine. The unit of work, and of resume, is (cell, seed,
+:func:`run_grid` executes them as keyed tasks (DESIGN.md section 13, :mod:`crsrepro.executor`):
+one extraction task per (encoder, dataset) cell, which writes the cell's feature arrays to the
+content-addressed feature cache, and one probe task per unit, after it, in this process, on a process
+pool or on a Dask cluster, with the same table from each. The unit of work, and of resume, is (cell, seed,
 probe): it fits that seed's probes on that seed's own train split (DESIGN.md section 3: every seed
 draws its own grouped train / val partition of the non-test pool; the test split is fixed) and writes
 one row-set to the :class:`~crsrepro.results.ResultStore`. A unit's key is *derived from its inputs*
@@ -14,7 +17,7 @@ one row-set to the :class:`~crsrepro.results.ResultStore`. A unit's key is *deri
 preprocessing, the images' content, the canonical size and the condition), the content of the seed's
 split and label subsets, the labels, the probe's parameters and the row-set version. Nothing else
 enters it, so a changed input can never be served a stale row-set, and a setting that changes no
-number (``probe.num_threads``) throws nothing away. A unit whose row-set exists is skipped.
+number (``probe.num_threads``) throws nothing away. A unit whose row-set exists (and matches its digest) is skipped.
 
 Beyond the paper's linear-probe grid, the same units also write
 
@@ -585,7 +588,8 @@ def _plan(profile: Profile, store: ResultStore, *, encoders, weights, manifest_d
             feature_keys = _feature_keys(encoder, _feature_requests(profile, view))
             cell = _Cell(profile, encoder_id, dataset, (weights or {}).get(encoder_id), manifest_dir,
                          view.images_key, progress)
-            units = [_Unit(profile, get_spec(encoder_id), view, seed, probe) for seed in profile.seeds for probe in probes]
+            units = [_Unit(profile, get_spec(encoder_id), view, seed, probe)
+                     for seed in profile.seeds for probe in probes]
             keys[(encoder_id, dataset)] = [unit.key(feature_keys) for unit in units]
             pending = [(unit, key) for unit, key in zip(units, keys[(encoder_id, dataset)]) if not store.has(key)]
             if not pending:
@@ -593,8 +597,8 @@ def _plan(profile: Profile, store: ResultStore, *, encoders, weights, manifest_d
             extract = Task(f"extract-{encoder_id}-{dataset}-{feature_keys['pool'][CLEAN][:12]}", _extract_task,
                            (cell,), gpu=gpu)
             tasks.append(extract)
-            tasks += [Task(f"probe-{key[:16]}", _probe_task,
-                           (_ProbeTask(cell, unit.seed, unit.probe, key, feature_keys, encoder.weights_hash, store.root),),
+            tasks += [Task(f"probe-{key[:16]}", _probe_task, (_ProbeTask(cell, unit.seed, unit.probe, key, feature_keys,
+                                                                          encoder.weights_hash, store.root),),
                            after=extract.key) for unit, key in pending]
     return [key for cell_ in all_cells for key in keys[cell_]], tasks
 
@@ -640,6 +644,8 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
 
     profile = _as_profile(profile)
     store = ResultStore(output_dir or profile.output_path)
+    _VIEWS.clear()  # data or weights may have changed since the last run in this process
+    _ENCODERS.clear()
     for folder in (store.root, profile.feature_cache_path):  # what a killed run left half-written
         remove_temporaries(folder)
     keys, tasks = _plan(profile, store, encoders=encoders, weights=weights, manifest_dir=manifest_dir,
