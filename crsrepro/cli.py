@@ -5,7 +5,8 @@
     crsrepro book [--profile demo]            demo world, run grid, notebooks, Jupyter Book -> index.html
     crsrepro notebook NAME [--profile demo]   execute one notebook with papermill into book/_generated/
     crsrepro demo-world [--profile demo]      write the synthetic datasets in the real layouts
-    crsrepro run [--profile demo]             run the grid (resumes; skips finished runs) -> results.parquet
+    crsrepro run [--profile demo] [--executor local|dask|serial] [--workers N] [--scheduler ADDRESS]
+                                              run the grid (resumes; skips finished runs) -> results.parquet
     crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
     crsrepro plan [--profile demo]            GPU-hours, CPU-hours and cache disk of a profile, per stage
@@ -45,7 +46,8 @@ def _cmd_run(args) -> None:
     from crsrepro.profiles import load_profile
 
     profile = load_profile(args.profile)
-    table = run_grid(profile, progress=not args.quiet)
+    table = run_grid(profile, progress=not args.quiet, executor=args.executor, workers=args.workers,
+                     scheduler=args.scheduler)
     print(f"{len(table)} result rows in {profile.output_path / 'results.parquet'}")
 
 
@@ -140,6 +142,8 @@ def _cmd_list(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from crsrepro.executor import DEFAULT_EXECUTOR, EXECUTORS
+
     parser = argparse.ArgumentParser(prog="crsrepro", description=__doc__.split("\n\n")[0])
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what each stage does")
@@ -156,7 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     add("demo-world", _cmd_demo_world, "write the demo world's four datasets in their real layouts")
-    add("run", _cmd_run, "run the grid for a profile (resumes) and merge results.parquet")
+    p = add("run", _cmd_run, "run the grid for a profile (resumes) and merge results.parquet")
+    p.add_argument("--executor", choices=EXECUTORS, default=DEFAULT_EXECUTOR,
+                   help="local: a process pool (default); dask: Dask distributed; serial: this process only")
+    p.add_argument("--workers", type=int, default=None, help="worker processes of local and of the Dask "
+                                                             "LocalCluster (default: the CPU cores)")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="dask: a running scheduler, e.g. tcp://node:8786 (default: a LocalCluster)")
     p = add("freeze-frame", _cmd_freeze_frame, "freeze the profile's CRS reference frame from a complete run "
             "(refuses an incomplete one)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing frozen frame")

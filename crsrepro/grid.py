@@ -6,7 +6,10 @@ transfer set (``mimic_cxr``) scored without retraining. :func:`enumerate_runs` l
 ``paper`` profile that is the paper's 17,575 runs = 3,515 seed-aggregated rows x 5 seeds over 43
 encoder-dataset cells.
 
-:func:`run_grid` executes them on one machine. The unit of work, and of resume, is (cell, seed,
+:func:`run_grid` executes them as keyed tasks (DESIGN.md section 13, :mod:`crsrepro.executor`):
+one extraction task per (encoder, dataset) cell, which writes the cell's feature arrays to the
+content-addressed feature cache, and one probe task per unit, after it, in this process, on a process
+pool or on a Dask cluster, with the same table from each. The unit of work, and of resume, is (cell, seed,
 probe): it fits that seed's probes on that seed's own train split (DESIGN.md section 3: every seed
 draws its own grouped train / val partition of the non-test pool; the test split is fixed) and writes
 one row-set to the :class:`~crsrepro.results.ResultStore`. A unit's key is *derived from its inputs*
@@ -14,7 +17,7 @@ one row-set to the :class:`~crsrepro.results.ResultStore`. A unit's key is *deri
 preprocessing, the images' content, the canonical size and the condition), the content of the seed's
 split and label subsets, the labels, the probe's parameters and the row-set version. Nothing else
 enters it, so a changed input can never be served a stale row-set, and a setting that changes no
-number (``probe.num_threads``) throws nothing away. A unit whose row-set exists is skipped.
+number (``probe.num_threads``) throws nothing away. A unit whose row-set exists (and matches its digest) is skipped.
 
 Beyond the paper's linear-probe grid, the same units also write
 
@@ -448,11 +451,167 @@ def _case_arrays(view: _DatasetView, cases: dict) -> dict[str, np.ndarray]:
     return {**out, **cases}
 
 
-# --------------------------------------------------------------------------- the grid
+# --------------------------------------------------------------------------- the grid as keyed tasks
+
+@dataclass(frozen=True)
+class _Cell:
+    """The inputs of one extraction task: an (encoder, dataset) cell of a run. ``images_key`` is what
+    the planning process saw of the dataset: a worker that sees other data refuses to go on."""
+
+    profile: Profile
+    encoder: str
+    dataset: str
+    weights: str | None
+    manifest_dir: Path | None
+    images_key: str
+    progress: bool = False
+
+
+@dataclass(frozen=True)
+class _ProbeTask:
+    """The inputs of one probe task: a :class:`_Unit` (cell, seed, probe), the key its row-set gets and
+    the keys of the feature arrays it reads (written by its cell's extraction task)."""
+
+    cell: _Cell
+    seed: int
+    probe: str
+    key: str
+    feature_keys: dict
+    weights_hash: str
+    output_dir: Path
+
+
+_VIEWS: dict = {}  # per process: the datasets prepared for the tasks it ran, by what identifies them
+_ENCODERS: dict = {}  # per process: the encoder it built last
+
+
+def _view(profile: Profile, dataset: str, manifest_dir: Path | None, images_key: str | None = None) -> _DatasetView:
+    """:func:`_prepare`, once per process and dataset; ``images_key``: the images the caller expects."""
+    name = (profile.fingerprint(), dataset, str(manifest_dir), images_key)
+    if name not in _VIEWS:
+        view = _prepare(profile, dataset, manifest_dir, progress=False)
+        if images_key is not None and view.images_key != images_key:
+            raise CrsreproError(f"{dataset}: this worker sees other images than the process that planned the run "
+                                f"(images key {view.images_key[:12]}, not {images_key[:12]}); every worker must "
+                                f"read the same data root, feature cache and output folder")
+        while len(_VIEWS) >= 8:  # [ours] a bound for long-lived workers: drop the oldest
+            _VIEWS.pop(next(iter(_VIEWS)))
+        _VIEWS[name] = _VIEWS[(profile.fingerprint(), dataset, str(manifest_dir), view.images_key)] = view
+    return _VIEWS[name]
+
+
+def _encoder(encoder_id: str, weights, device: str):
+    """:func:`crsrepro.encoders.create_encoder`, reusing the encoder this process built last."""
+    from crsrepro.encoders import create_encoder
+
+    name = (encoder_id, str(weights), device)
+    if name not in _ENCODERS:
+        _ENCODERS.clear()
+        _ENCODERS[name] = create_encoder(encoder_id, weights=weights, device=device)
+    return _ENCODERS[name]
+
+
+def _extract_task(cell: _Cell) -> str:
+    """Extraction task: the cell's feature arrays, into the feature cache (runs where the encoder's
+    device is; a cuda profile's extraction tasks hold the ``GPU`` resource, :mod:`crsrepro.executor`)."""
+    profile = cell.profile
+    view = _view(profile, cell.dataset, cell.manifest_dir, cell.images_key)
+    encoder = _encoder(cell.encoder, cell.weights, profile.features.device)
+    _features(profile, encoder, _feature_requests(profile, view), cell.progress)
+    return f"{cell.encoder} {cell.dataset}"
+
+
+def _cached_features(profile: Profile, requests: dict[str, _FeatureRequest], feature_keys: dict) -> dict:
+    """The arrays of :func:`_features` read back from the feature cache by their keys (no encoder)."""
+    from crsrepro.features import _read_entry
+
+    out = {}
+    for name, r in requests.items():
+        by_condition = {}
+        for condition in r.conditions:
+            array = _read_entry(profile.feature_cache_path, feature_keys[name][condition], len(r.images))
+            if array is None:
+                raise CrsreproError(f"feature cache {profile.feature_cache_path}: no entry "
+                                    f"{feature_keys[name][condition]} ({r.dataset} {name} {condition}); "
+                                    f"its extraction task has not written it")
+            by_condition[condition] = array
+        out[name] = by_condition if name == "test" else by_condition[CLEAN]
+    return out
+
+
+def _probe_task(task: _ProbeTask) -> str:
+    """Probe task: fit and score one unit on its cell's cached features, write its row-set (and per-case
+    file) to the store, and return its key. Pure: the row-set is a function of the key's inputs."""
+    import torch
+
+    from crsrepro.encoders import get_spec
+
+    cell, profile = task.cell, task.cell.profile
+    view = _view(profile, cell.dataset, cell.manifest_dir, cell.images_key)
+    unit = _Unit(profile, get_spec(cell.encoder), view, task.seed, task.probe)
+    if unit.key(task.feature_keys) != task.key:
+        raise CrsreproError(f"{cell.encoder} {cell.dataset} seed {task.seed} {task.probe}: this worker derives "
+                            f"another row-set key than the planning process (other data or code?)")
+    feats = _cached_features(profile, _feature_requests(profile, view), task.feature_keys)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(profile.probe.num_threads)  # small full-batch fits run best on one thread
+    try:
+        rows, cases = unit.run(feats)
+    finally:
+        torch.set_num_threads(threads)
+    rows["rowset"] = task.key
+    rows.attrs = {"crsrepro": __version__, "git": git_hash(), "key": task.key, "weights": task.weights_hash}
+    store = ResultStore(task.output_dir)
+    if cases:  # the per-case file first: the row-set marks the unit done
+        store.write_cases(task.key, _case_arrays(view, cases))
+    store.write(task.key, rows)
+    log.info("wrote %s %s seed %d %s (%d rows)", cell.encoder, cell.dataset, task.seed, task.probe, len(rows))
+    return task.key
+
+
+def _plan(profile: Profile, store: ResultStore, *, encoders, weights, manifest_dir, progress):
+    """The grid's keys (in :func:`cells` order: the merged table's row order) and the tasks of the units
+    without a row-set: per cell with work left, one extraction task and, after it, one probe task per
+    pending (seed, probe) unit. Tasks come encoder by encoder, so a worker rebuilds encoders rarely."""
+    from crsrepro.encoders import get_spec
+    from crsrepro.executor import Task
+
+    probes = [LINEAR] + list(profile.control_probes.probes)
+    all_cells = cells(profile, encoders)
+    keys: dict[tuple[str, str], list[str]] = {}
+    tasks = []
+    gpu = profile.features.device.startswith("cuda")
+    for encoder_id in dict.fromkeys(e for e, _ in all_cells):
+        encoder = _encoder(encoder_id, (weights or {}).get(encoder_id), "cpu")  # keys need the weights hash only
+        for dataset in [d for e, d in all_cells if e == encoder_id]:
+            view = _view(profile, dataset, manifest_dir)
+            feature_keys = _feature_keys(encoder, _feature_requests(profile, view))
+            cell = _Cell(profile, encoder_id, dataset, (weights or {}).get(encoder_id), manifest_dir,
+                         view.images_key, progress)
+            units = [_Unit(profile, get_spec(encoder_id), view, seed, probe)
+                     for seed in profile.seeds for probe in probes]
+            keys[(encoder_id, dataset)] = [unit.key(feature_keys) for unit in units]
+            pending = [(unit, key) for unit, key in zip(units, keys[(encoder_id, dataset)]) if not store.has(key)]
+            if not pending:
+                continue
+            extract = Task(f"extract-{encoder_id}-{dataset}-{feature_keys['pool'][CLEAN][:12]}", _extract_task,
+                           (cell,), gpu=gpu)
+            tasks.append(extract)
+            tasks += [Task(f"probe-{key[:16]}", _probe_task, (_ProbeTask(cell, unit.seed, unit.probe, key, feature_keys,
+                                                                          encoder.weights_hash, store.root),),
+                           after=extract.key) for unit, key in pending]
+    return [key for cell_ in all_cells for key in keys[cell_]], tasks
+
 
 def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weights: dict | None = None,
-             output_dir: Path | None = None, manifest_dir: Path | None = None, progress: bool = True) -> pd.DataFrame:
+             output_dir: Path | None = None, manifest_dir: Path | None = None, progress: bool = True,
+             executor: str = "serial", workers: int | None = None, scheduler: str | None = None) -> pd.DataFrame:
     """Run every unit of the profile's grid that has no row-set yet, then merge the tidy table.
+
+    Plan, execute, merge: :func:`_plan` derives every unit's key and lists the tasks of the units not
+    done (an extraction task per cell, then a probe task per unit); :func:`crsrepro.executor.execute`
+    runs them; :meth:`~crsrepro.results.ResultStore.merge` concatenates the row-sets in the grid's
+    order. Every executor runs the same tasks and gives the same table (DESIGN.md section 13).
 
     Parameters
     ----------
@@ -466,57 +625,34 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     manifest_dir : path, optional
         Where split manifests live (default: :func:`crsrepro.io.manifest_dir`).
     progress : bool
-        Show progress bars.
+        Show progress bars (the serial executor; pools log instead).
+    executor : {"serial", "local", "dask"}
+        ``serial``: the tasks in this process, in order (the reference); ``local``: a process pool
+        (``crsrepro run``'s default); ``dask``: Dask distributed. See :mod:`crsrepro.executor`.
+    workers : int, optional
+        Worker processes of ``local`` and of a Dask LocalCluster (default: the CPU cores).
+    scheduler : str, optional
+        ``dask`` only: the address of a running Dask scheduler (default: a LocalCluster).
 
     Returns
     -------
     pandas.DataFrame
         The merged tidy table (see :mod:`crsrepro.results`), also written to ``results.parquet``.
     """
-    import torch
-    from tqdm import tqdm
-
-    from crsrepro.encoders import create_encoder, get_spec
+    from crsrepro.executor import execute
+    from crsrepro.results import remove_temporaries
 
     profile = _as_profile(profile)
     store = ResultStore(output_dir or profile.output_path)
-    probes = [LINEAR] + list(profile.control_probes.probes)
-    keys = []
-    views: dict[str, _DatasetView] = {}
-    loaded: dict[str, object] = {}  # each encoder is built once, whatever the number of its cells
-    provenance = {"crsrepro": __version__, "git": git_hash()}
-    for encoder_id, dataset in tqdm(cells(profile, encoders), desc=f"run grid ({profile.name})", unit="cell",
-                                    disable=not progress):
-        if dataset not in views:
-            views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
-        view = views[dataset]
-        if encoder_id not in loaded:
-            loaded[encoder_id] = create_encoder(encoder_id, weights=(weights or {}).get(encoder_id),
-                                                device=profile.features.device)
-        encoder = loaded[encoder_id]
-        requests = _feature_requests(profile, view)
-        feature_keys = _feature_keys(encoder, requests)
-        units = [_Unit(profile, get_spec(encoder_id), view, seed, probe) for seed in profile.seeds for probe in probes]
-        unit_keys = [unit.key(feature_keys) for unit in units]
-        keys += unit_keys
-        pending = [(unit, key) for unit, key in zip(units, unit_keys) if not store.has(key)]
-        if not pending:
-            continue
-        feats = _features(profile, encoder, requests, progress)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(profile.probe.num_threads)  # small full-batch fits run best on one thread
-        try:
-            for unit, key in pending:
-                rows, cases = unit.run(feats)
-                rows["rowset"] = key
-                rows.attrs = {**provenance, "key": key, "weights": encoder.weights_hash}
-                if cases:  # the per-case file first: the row-set marks the unit done
-                    store.write_cases(key, _case_arrays(view, cases))
-                store.write(key, rows)
-                log.info("wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, unit.probe, len(rows))
-        finally:
-            torch.set_num_threads(threads)
-    log.info("crsrepro %s: %d row-sets for profile %s", __version__, len(keys), profile.name)
+    _VIEWS.clear()  # data or weights may have changed since the last run in this process
+    _ENCODERS.clear()
+    for folder in (store.root, profile.feature_cache_path):  # what a killed run left half-written
+        remove_temporaries(folder)
+    keys, tasks = _plan(profile, store, encoders=encoders, weights=weights, manifest_dir=manifest_dir,
+                        progress=progress and executor == "serial")
+    log.info("%d row-sets for profile %s: %d tasks to run (%s executor)", len(keys), profile.name, len(tasks), executor)
+    execute(tasks, executor=executor, workers=workers, scheduler=scheduler, progress=progress,
+            description=f"run grid ({profile.name})")
     return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint(),
                                     "rowset_version": str(CACHE_VERSION)})
 

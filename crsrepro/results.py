@@ -33,10 +33,22 @@ rowset         the key of the row-set the row came from (and of its per-case pro
 
 Each row-set also records the package version, the git hash and the input hashes in its parquet
 metadata, so a results file describes itself.
+
+Integrity
+---------
+Every file of the store is written atomically (:func:`crsrepro.io.atomic_write`) and gets a *digest*
+beside it, ``<file>.sha256``: the SHA-256 of its bytes, written after it. A row-set's digest also
+records the digest of its per-case file (written before the row-set), so the row-set's digest marks
+the whole unit done. Every read recomputes the hashes: a row-set whose digest is absent (a run killed
+between the two writes) is not done; one whose bytes or per-case file do not match is corrupt, logged
+with a warning and recomputed by the next ``crsrepro run``; a corrupt merged table is re-merged.
+:func:`remove_temporaries` clears the temporary files a killed writer leaves behind.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from pathlib import Path
 
@@ -44,7 +56,9 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.errors import CrsreproError
-from crsrepro.io import atomic_write, atomic_write_parquet, content_key, git_hash  # noqa: F401 (git_hash re-exported)
+from crsrepro.io import atomic_write, atomic_write_parquet, content_key, git_hash, sha256_file  # noqa: F401 (git_hash re-exported)
+
+log = logging.getLogger(__name__)
 
 #: Bump when the meaning of a row-set changes (metrics, probe protocol, its per-case arrays): old
 #: row-sets are then ignored.
@@ -68,7 +82,8 @@ COLUMNS = RUN_KEYS + ["metric", "value"] + RUN_INFO
 class ResultStore:
     """Row-sets under ``<root>/runs/`` merged into ``<root>/results.parquet``, and the per-case test
     probabilities of the full-label probes under ``<root>/cases/`` (DESIGN.md section 10: the
-    two-level bootstrap and the reliability diagrams read them)."""
+    two-level bootstrap and the reliability diagrams read them). Every file is verified on read (see
+    "Integrity" in the module docstring)."""
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -83,13 +98,22 @@ class ResultStore:
         return self.runs_dir / f"{key}.parquet"
 
     def has(self, key: str) -> bool:
-        return self.path(key).is_file()
+        """Whether the unit ``key`` is done: its row-set and per-case file exist and match their digest
+        (a corrupt one is logged with a warning and reported as not done, so it is recomputed)."""
+        problem = self._problem(key)
+        if problem and problem != "absent":
+            log.warning("%s; it is recomputed", problem)
+        return problem is None
 
     def write(self, key: str, rows: pd.DataFrame) -> None:
+        """Save a unit's row-set, then its digest (with the digest of the per-case file written before
+        it, if any), which marks the unit done."""
         missing = [c for c in COLUMNS if c not in rows.columns]
         if missing:
             raise ValueError(f"row-set {key} lacks columns {missing}")
-        atomic_write_parquet(rows[COLUMNS], self.path(key))
+        path, cases = self.path(key), self.cases_path(key)
+        atomic_write_parquet(rows[COLUMNS], path)
+        _write_digest(path, cases=_verified_digest(cases) if cases.is_file() else None)
 
     def cases_path(self, key: str) -> Path:
         return self.cases_dir / f"{key}.npz"
@@ -98,12 +122,17 @@ class ResultStore:
         """Save a row-set's per-case arrays (probabilities as float16 [ours: 3 significant digits is
         more than an AUROC or a 15-bin ECE resolves]); written before the row-set, which marks both done."""
         packed = {name: a.astype(np.float16) if a.dtype.kind == "f" else a for name, a in arrays.items()}
-        atomic_write(self.cases_path(key), lambda f: np.savez(f, **packed))
+        path = self.cases_path(key)
+        atomic_write(path, lambda f: np.savez(f, **packed))
+        _write_digest(path)
 
     def read_cases(self, key: str) -> dict[str, np.ndarray]:
         path = self.cases_path(key)
         if not path.is_file():
             raise CrsreproError(f"no per-case probabilities at {path}: rerun `crsrepro run` to compute them")
+        problem = _check(path)
+        if problem:
+            raise CrsreproError(f"{problem}: rerun `crsrepro run`, which recomputes it")
         with np.load(path, allow_pickle=False) as saved:
             return {name: saved[name] for name in saved.files}
 
@@ -111,23 +140,92 @@ class ResultStore:
         """Concatenate the row-sets of ``keys`` into ``results.parquet`` and return the table.
 
         The merged table records :func:`keys_hash` of its keys (``attrs["keys_hash"]``), so merging
-        the same row-sets again just reads it and a changed key set is noticed and re-merged. ``attrs``
-        (the profile's fingerprint, the package version) are stored beside it.
+        the same row-sets again just reads it (after checking its digest) and a changed key set is
+        noticed and re-merged. ``attrs`` (the profile's fingerprint, the package version) are stored
+        beside it.
         """
         merged = self.merged_path
         digest = keys_hash(keys)
         if merged.is_file():
-            table = pd.read_parquet(merged)
-            if table.attrs.get("keys_hash") == digest and all(table.attrs.get(k) == v for k, v in (attrs or {}).items()):
-                return table
-        missing = [k for k in keys if not self.has(k)]
-        if missing:
-            raise CrsreproError(f"{len(missing)} row-sets are missing under {self.runs_dir} "
-                                f"(first: {missing[0]}); run `crsrepro run` to compute them")
+            problem = _check(merged)
+            if problem:
+                log.warning("%s; it is merged again", problem)
+            else:
+                table = pd.read_parquet(merged)
+                if table.attrs.get("keys_hash") == digest and all(table.attrs.get(k) == v
+                                                                  for k, v in (attrs or {}).items()):
+                    return table
+        problems = [p for p in map(self._problem, keys) if p]
+        if problems:
+            raise CrsreproError(f"{len(problems)} of {len(keys)} row-sets under {self.runs_dir} are missing or "
+                                f"corrupt (first: {problems[0]}); run `crsrepro run` to compute them")
         table = pd.concat([pd.read_parquet(self.path(k)) for k in keys], ignore_index=True)
         table.attrs = {**(attrs or {}), "keys_hash": digest}
         atomic_write_parquet(table, merged)
+        _write_digest(merged)
         return table
+
+    def _problem(self, key: str) -> str | None:
+        """None when unit ``key`` is done and intact, ``"absent"`` when it is not done, else what is wrong."""
+        path = self.path(key)
+        if not _digest_path(path).is_file():
+            return "absent"
+        problem = _check(path)
+        if problem:
+            return problem
+        expected = _read_digest(path)["cases"]
+        if expected is None:
+            return None
+        cases = self.cases_path(key)
+        if not cases.is_file():
+            return f"row-set {key}: its per-case file {cases} is missing"
+        return _check(cases) or (None if sha256_file(cases) == expected else
+                                 f"row-set {key}: its per-case file {cases} is not the one it was written with")
+
+
+def _digest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".sha256")
+
+
+def _write_digest(path: Path, **extra) -> None:
+    atomic_write(_digest_path(path), json.dumps({"sha256": sha256_file(path), **extra}, sort_keys=True).encode())
+
+
+def _read_digest(path: Path) -> dict:
+    return json.loads(_digest_path(path).read_text())
+
+
+def _check(path: Path) -> str | None:
+    """None when ``path`` and its digest exist and match, else what is wrong (naming the file)."""
+    if not path.is_file():
+        return f"{path} is missing"
+    if not _digest_path(path).is_file():
+        return f"{path} has no digest ({_digest_path(path).name})"
+    try:
+        expected = _read_digest(path)["sha256"]
+    except (ValueError, KeyError):
+        return f"{_digest_path(path)} is unreadable"
+    return None if sha256_file(path) == expected else f"{path} is corrupt (its SHA-256 does not match its digest)"
+
+
+def _verified_digest(path: Path) -> str:
+    problem = _check(path)
+    if problem:
+        raise CrsreproError(problem)
+    return _read_digest(path)["sha256"]
+
+
+def remove_temporaries(root: str | os.PathLike) -> int:
+    """Remove the temporary files (``.<name>.<random>.tmp``, :func:`crsrepro.io.atomic_write`) that a
+    writer killed mid-write left under ``root``; returns how many (logged). Only one ``crsrepro run``
+    may write a folder at a time (its workers write distinct keys), so none of them is in flight."""
+    root = Path(root)
+    leftovers = sorted(root.rglob(".*.tmp")) if root.is_dir() else []
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    if leftovers:
+        log.warning("removed %d temporary files left by an interrupted run under %s", len(leftovers), root)
+    return len(leftovers)
 
 
 def keys_hash(keys: list[str]) -> str:
@@ -138,9 +236,12 @@ def keys_hash(keys: list[str]) -> str:
 
 def load_results(output_dir: str | os.PathLike) -> pd.DataFrame:
     """Read the merged tidy table of a finished run."""
-    path = Path(output_dir) / "results.parquet"
+    path = ResultStore(output_dir).merged_path
     if not path.is_file():
         raise CrsreproError(f"no results at {path}: run `crsrepro run --profile ...` first")
+    problem = _check(path)
+    if problem:
+        raise CrsreproError(f"{problem}: rerun `crsrepro run --profile ...`, which merges it again")
     return pd.read_parquet(path)
 
 

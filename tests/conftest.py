@@ -52,3 +52,79 @@ def smoke_book(tmp_path_factory) -> BuiltBook:
         run_grid(load_profile("smoke"), progress=False)
         index = build_book(profile="smoke", book_root=checkout, progress=False)
     return BuiltBook(checkout=checkout, home=home, html=index.parent)
+
+
+# ------------------------------------------------------------------ the micro grid (test_executor, test_faults)
+
+MICRO_YAML = """# One small dataset, two fast encoders, two seeds, one perturbation, the linear probe and a kNN control.
+include: smoke
+name: micro
+datasets: [aptos2019]
+transfer: {}
+encoders: [demo.color_histogram, demo.pixel_pca]
+seeds: [0, 1]
+label_fractions: [0.25, 1.0]
+perturbations: [jpeg]
+severities: [3]
+control_probes: {probes: [knn]}
+demo_world: {n_images: {aptos2019: 120}}
+output_dir: .crsrepro/micro/results
+"""
+
+
+@dataclass(frozen=True)
+class MicroWorld:
+    """The micro grid's profile file and scratch home (its demo world and manifests are kept across runs)."""
+
+    root: Path
+    profile_path: Path
+
+    def profile(self):
+        from crsrepro.profiles import load_profile
+
+        return load_profile(self.profile_path)
+
+    def clear(self) -> None:
+        """Remove the results and the feature cache (a cold run follows)."""
+        profile = self.profile()
+        shutil.rmtree(profile.output_path, ignore_errors=True)
+        shutil.rmtree(profile.feature_cache_path, ignore_errors=True)
+
+    def state(self) -> dict:
+        """What a run leaves: the merged table (``fit_seconds``, a clock reading, left out), every
+        feature array's bytes and every per-case array, by key."""
+        import numpy as np
+        import pandas as pd
+
+        from crsrepro.results import ResultStore
+
+        profile = self.profile()
+        store = ResultStore(profile.output_path)
+        table = pd.read_parquet(store.merged_path)
+        cases = {p.stem: {k: v.tobytes() for k, v in store.read_cases(p.stem).items()}
+                 for p in sorted(store.cases_dir.glob("*.npz"))}
+        features = {p.stem: np.load(p).tobytes() for p in sorted(profile.feature_cache_path.rglob("*.npy"))}
+        return {"table": table.drop(columns="fit_seconds"), "attrs": table.attrs, "cases": cases,
+                "features": features}
+
+    def assert_state(self, reference: dict) -> None:
+        """The run left exactly ``reference`` (a :meth:`state`), bit for bit, and no temporary file."""
+        import pandas as pd
+
+        state = self.state()
+        pd.testing.assert_frame_equal(state["table"], reference["table"], check_exact=True)
+        assert state["attrs"] == reference["attrs"]
+        assert state["cases"].keys() == reference["cases"].keys() and state["cases"] == reference["cases"]
+        assert state["features"].keys() == reference["features"].keys() and state["features"] == reference["features"]
+        assert not list(self.root.rglob("*.tmp")), "a half-written file was left behind"
+
+
+@pytest.fixture(scope="module")
+def micro_world(tmp_path_factory) -> MicroWorld:
+    root = tmp_path_factory.mktemp("micro")
+    path = root / "micro.yaml"
+    path.write_text(MICRO_YAML)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CRSREPRO_HOME", str(root / ".crsrepro"))
+        patch.setenv("CRSREPRO_MANIFESTS", str(root / "manifests"))
+        yield MicroWorld(root, path)
