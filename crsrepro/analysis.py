@@ -29,7 +29,7 @@ import pandas as pd
 from crsrepro.errors import CrsreproError
 from crsrepro.io import content_key
 from crsrepro.profiles import Profile, load_profile
-from crsrepro.results import ResultStore, keys_hash, runs_table
+from crsrepro.results import ResultStore, keys_hash, load_results, runs_table
 from crsrepro.vocab import MEDICAL_FAMILIES, is_transfer
 
 logger = logging.getLogger(__name__)
@@ -58,18 +58,19 @@ class RunAnalysis:
 
     @classmethod
     def load(cls, profile: Profile | str, *, run: bool = False, manifest_dir: Path | None = None,
-             progress: bool = False, rng: int = 0) -> "RunAnalysis":
-        """The analysis of ``profile``'s results, running the grid only when needed (see the module docstring)."""
+             progress: bool = False, rng: int = 0, executor: str = "local") -> "RunAnalysis":
+        """The analysis of ``profile``'s results, running the grid only when needed (see the module docstring)
+        on ``executor`` (default: a process pool over the cores, :mod:`crsrepro.executor`)."""
         from crsrepro.grid import run_grid
 
         profile = profile if isinstance(profile, Profile) else load_profile(profile)
         path = ResultStore(profile.output_path).merged_path
-        results = pd.read_parquet(path) if path.is_file() and not run else None
+        results = load_results(profile.output_path) if path.is_file() and not run else None
         if results is not None and results.attrs.get("profile_fingerprint") != profile.fingerprint():
             logger.info("%s was computed for another version of profile %s; updating it", path, profile.name)
             results = None
         if results is None:
-            results = run_grid(profile, manifest_dir=manifest_dir, progress=progress)
+            results = run_grid(profile, manifest_dir=manifest_dir, progress=progress, executor=executor)
         return cls(profile, results, manifest_dir=manifest_dir, rng=rng)
 
     # ------------------------------------------------------------------ the tables

@@ -255,6 +255,12 @@ def _feature_keys(encoder, requests: dict[str, _FeatureRequest]) -> dict[str, di
             for name, r in requests.items()}
 
 
+def degraded_image_cache(profile: Profile) -> Path:
+    """Where the degraded test images are cached, beside the feature cache: every test image is degraded
+    once per condition, and every later encoder reads it (DESIGN.md section 6; issue 18)."""
+    return profile.feature_cache_path.parent / "degraded_images"
+
+
 def _features(profile: Profile, encoder, requests: dict[str, _FeatureRequest], progress: bool) -> dict:
     """``{"pool": array, "test": {condition: array}, <transfer>: array}`` of final-layer features."""
     from crsrepro.features import extract_features
@@ -264,7 +270,8 @@ def _features(profile: Profile, encoder, requests: dict[str, _FeatureRequest], p
         arrays = extract_features(encoder, r.images, dataset=r.dataset, images_key=r.images_key,
                                   conditions=r.conditions, layers=("final",), cache_dir=profile.feature_cache_path,
                                   canonical_size=r.canonical_size, batch_size=profile.features.batch_size,
-                                  num_workers=profile.features.num_workers, progress=progress)
+                                  num_workers=profile.features.num_workers, progress=progress,
+                                  image_cache_dir=degraded_image_cache(profile) if name == "test" else None)
         by_condition = {c: arrays[(c, "final")] for c in r.conditions}
         out[name] = by_condition if name == "test" else by_condition[CLEAN]
     return out
