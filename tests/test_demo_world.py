@@ -1,11 +1,15 @@
-"""The demo world: real layouts, determinism, idempotence, speed, and non-trivial difficulty (issue 3)."""
+"""The demo world: real layouts, determinism, idempotence, speed, non-trivial difficulty (issue 3), and
+patient metadata with a planted subgroup effect (issue 16)."""
 
 import hashlib
 import time
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from PIL import Image
+from scipy.ndimage import gaussian_filter
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import cross_val_predict
@@ -13,7 +17,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from crsrepro.data import label_matrix, load_dataset, prepare_dataset
-from crsrepro.data.demo_world import MARKER, generate_demo_world, sample_images
+from crsrepro.data.demo_world import MARKER, OLDER_FROM, generate_demo_world, sample_images
 from crsrepro.profiles import load_profile
 
 SMOKE = load_profile("smoke")
@@ -130,3 +134,45 @@ def test_sample_images_contract():
     assert all(np.array_equal(a, b) for a, b in zip(images, again))
     with pytest.raises(ValueError, match="unknown dataset"):
         sample_images("imagenet", 1, seed=0, image_size=32)
+
+
+REALDATA = Path(__file__).resolve().parents[1].parent / "shared" / "realdata" / "metadata"
+
+
+def _vocabulary(path, columns):
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    return {c: set(frame[c]) for c in columns}
+
+
+def test_metadata_in_the_release_columns_and_vocabulary(smoke_world):
+    root, _ = smoke_world
+    isic = pd.read_csv(root / "isic2019/ISIC_2019_Training_Metadata.csv", dtype=str, keep_default_na=False)
+    assert list(isic.columns) == ["image", "age_approx", "anatom_site_general", "lesion_id", "sex"]
+    assert isic.groupby(isic["lesion_id"].replace("", np.nan))[["age_approx", "sex", "anatom_site_general"]].nunique().max().max() == 1
+    chex = pd.read_csv(root / "chexpert/CheXpert-v1.0-small/train.csv")
+    assert set(chex["Sex"]) == {"Male", "Female"} and chex["Age"].between(18, 90).all()
+    assert chex.groupby(chex["Path"].str.extract(r"(patient\d+)")[0])["Age"].nunique().max() == 1
+    real = REALDATA / "isic2019" / "ISIC_2019_Training_Metadata.csv"
+    if not real.is_file():
+        pytest.skip(f"{real} is absent: the vocabulary is checked against the real file only")
+    columns = ["age_approx", "anatom_site_general", "sex"]
+    vocabulary = _vocabulary(real, columns)
+    for c in columns:
+        assert set(isic[c]) <= vocabulary[c], (c, set(isic[c]) - vocabulary[c])
+    assert list(pd.read_csv(REALDATA / "chexpert" / "valid.csv", nrows=1).columns[:3]) == ["Path", "Sex", "Age"]
+
+
+def test_older_patients_images_are_noisier_and_flatter(smoke_world):
+    """The planted subgroup effect (issue 16): patients aged >= OLDER_FROM are imaged worse."""
+    root, _ = smoke_world
+    chex = pd.read_csv(root / "chexpert/CheXpert-v1.0-small/train.csv")
+    chex = chex[chex["Frontal/Lateral"] == "Frontal"]
+    stats = []
+    for path in chex["Path"]:
+        a = np.asarray(Image.open(root / "chexpert" / path), np.float32) / 255
+        stats.append((a.std(), (a - gaussian_filter(a, 1)).std()))
+    contrast, noise = np.array(stats).T
+    older = (chex["Age"] >= OLDER_FROM).to_numpy()
+    assert 0 < older.mean() < 1
+    assert contrast[older].mean() < 0.8 * contrast[~older].mean()
+    assert noise[older].mean() > 1.2 * noise[~older].mean()

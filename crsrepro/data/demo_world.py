@@ -9,8 +9,9 @@ decently but not perfectly.
 - Dermoscopy (ISIC-like, 8 classes with ISIC 2019's imbalance, NV dominant): the class sets the
   lesion's shape irregularity, border sharpness, colour and colour variegation, and the odds of
   dermoscopic structures (pigment network, blue-white veil, vessels, scale, dots, white centre,
-  lacunae). 20 % of lesions take their colours from a look-alike class [ours]. Nuisance: skin tone,
-  hair, illumination gradient, dermoscope vignette, white balance, noise, position, size, rotation.
+  lacunae). :data:`COLOUR_LOOKALIKE` (40 %) of lesions take their colours from a look-alike class
+  [ours], so that colour alone misleads and shape and structures carry the class. Nuisance: skin
+  tone, hair, illumination gradient, dermoscope vignette, white balance, noise, position, size, rotation.
   Images of one lesion share it, with new nuisance; some lesion ids are blank, as in the release.
 - Fundus (APTOS-like, 5 ordinal grades, grade 0 dominant): the grade drives the Poisson counts of
   microaneurysms, haemorrhages, hard exudates, cotton-wool spots and new vessels; the per-image lesion
@@ -25,6 +26,24 @@ decently but not perfectly.
 - The MIMIC-like second hospital shares the label generator but not the acquisition: another intensity
   curve, more noise and blur, a smaller field scale, collimation borders and other markers, so the
   transfer drop is real.
+
+Patient metadata, in the releases' own columns and vocabulary (issue 16): ISIC 2019's
+``ISIC_2019_Training_Metadata.csv`` has ``age_approx`` (5-year steps, some blank), ``anatom_site_general``
+and ``sex`` (``male`` / ``female`` / blank), drawn per lesion with the release's shares; CheXpert's csvs
+have ``Sex`` (``Male`` / ``Female``) and ``Age`` (18-90), drawn per patient. MIMIC-CXR-JPG has no
+demographics (they need MIMIC-IV), and neither has the demo's MIMIC look-alike.
+
+**The planted subgroup effect** [ours]: the images of patients aged :data:`OLDER_FROM` (60) or more,
+in the ISIC and CheXpert look-alikes, are acquired worse (:func:`older_acquisition`): their contrast is
+cut to :data:`OLDER_CONTRAST` of the original and Gaussian noise of SD :data:`OLDER_NOISE` is added, so
+the same lesion or finding is harder to see and every encoder's AUROC is lower on older patients
+(sex and site carry no effect). Labels do not depend on age, so the gap is image quality alone: a
+subgroup analysis should find ``age_group`` >= 60 the worst subgroup, and nothing for ``sex``.
+
+**Label noise** [ours]: graders disagree, so :data:`LABEL_NOISE` of the ISIC lesions and APTOS images
+carry a confusable recorded label (a look-alike class, a neighbouring grade) while the image shows the
+true one. It caps every encoder's AUROC below 1 and makes probes that fit their train split closely
+over-confident on test, which is what post-hoc recalibration repairs (DESIGN.md section 8).
 
 Sizes come from the profile (``demo_world.n_images``: the number of **frontal** images for the CXR sets).
 At tiny sizes (the ``smoke`` profile) rare classes and labels are raised to at least
@@ -53,13 +72,21 @@ from crsrepro.data._common import CHEXPERT_LABELS
 
 logger = logging.getLogger(__name__)
 
-DEMO_WORLD_VERSION = 2  # bump when the generator changes what it writes
+DEMO_WORLD_VERSION = 3  # bump when the generator changes what it writes
 MARKER = ".demo_world.json"
 PARTIAL = ".demo_world.partial"
 DATASET_CODES = {"isic2019": 1, "aptos2019": 2, "chexpert": 3, "mimic_cxr": 4}
 PRETRAIN_STREAM = 7  # sample_images draws from a stream the written world never uses
 MIN_PER_CLASS = 10  # [ours] floor on each class/label's count at tiny sizes (smoke)
 JPEG_QUALITY = 92
+COLOUR_LOOKALIKE = 0.4  # [ours] share of lesions coloured like a look-alike class (colour alone misleads)
+LABEL_NOISE = 0.08  # [ours] share of ISIC lesions / APTOS images whose recorded label is a confusable one
+NOISE_STREAM = 5  # the random stream of the label noise (per dataset)
+SUBGROUP_STREAM = 3  # the random stream of the planted subgroup effect (per image)
+PATIENT_STREAM = 4  # the random stream of CheXpert-like patients' sex and age (per patient)
+OLDER_FROM = 60  # [ours] the planted subgroup: patients this old or older are imaged worse
+OLDER_CONTRAST = 0.6  # [ours] their images' contrast, as a share of the original
+OLDER_NOISE = 0.05  # [ours] and the SD of the noise added to them (images in [0, 1])
 
 # ISIC 2019 training-set counts (MEL NV BCC AK BKL DF VASC SCC) and APTOS 2019 counts (grades 0..4).
 ISIC_COUNTS = np.array([4522, 12875, 3323, 867, 2624, 239, 253, 628], dtype=float)
@@ -164,7 +191,7 @@ _DERM_LOOKALIKE = {0: (1, 4), 1: (0, 4, 5), 2: (3, 6, 7), 3: (2, 7), 4: (0, 1), 
 
 def _lesion(label: int, rng) -> dict:
     """The properties of one lesion (shared by all its images)."""
-    colour_class = rng.choice(_DERM_LOOKALIKE[label]) if rng.random() < 0.2 else label
+    colour_class = rng.choice(_DERM_LOOKALIKE[label]) if rng.random() < COLOUR_LOOKALIKE else label
     _, _, varieg, irregular, border, texture, radius = _DERM[label]
     core, second = np.asarray(_DERM[colour_class][0]), np.asarray(_DERM[colour_class][1])
     shade = rng.normal(0, 0.06)
@@ -172,7 +199,7 @@ def _lesion(label: int, rng) -> dict:
         core=np.clip(core + shade + rng.normal(0, 0.05, 3), 0.05, 0.95),
         second=np.clip(second + shade + rng.normal(0, 0.05, 3), 0.05, 0.95),
         variegation=varieg * rng.lognormal(0, 0.35), texture=texture * rng.lognormal(0, 0.35),
-        border=border * rng.lognormal(0, 0.3), radius=radius * rng.lognormal(0, 0.2),
+        border=border * rng.lognormal(0, 0.3), radius=radius * rng.lognormal(0, 0.3),
         harmonics=irregular * rng.lognormal(0, 0.35) * rng.standard_normal(5) / np.sqrt(np.arange(1, 6)),
         phases=rng.uniform(0, 2 * np.pi, 5), aspect=rng.lognormal(0, 0.12),
         structures=rng.random(7) < _DERM_STRUCTURES[label], seed=int(rng.integers(2**31)),
@@ -213,7 +240,7 @@ def render_dermoscopy(lesion: dict, rng, size: int) -> np.ndarray:
         colour = colour * (1 - _blobs(size, cx + own.normal(0, r0 / 2, m), cy + own.normal(0, r0 / 2, m), r0 / 7, 0.5))[None]
     if dots:
         m = own.integers(5, 15)
-        colour = colour * (1 - _blobs(size, cx + own.normal(0, r0 / 1.8, m), cy + own.normal(0, r0 / 1.8, m), 0.02, 0.6))[None]
+        colour = colour * (1 - _blobs(size, cx + own.normal(0, r0 / 1.8, m), cy + own.normal(0, r0 / 1.8, m), 0.03, 0.6))[None]
     if scale_:
         flakes = (_smooth_noise(own, size, max(size // 4, 4)) > 1.0).astype(np.float32) * 0.6
         colour = colour + flakes[None] * (0.92 - colour)
@@ -271,9 +298,9 @@ def render_fundus(grade: int, rng, size: int) -> np.ndarray:
         ang, dist = rng.uniform(0, 2 * np.pi, n), radius * spread * np.sqrt(rng.random(n))
         return cx + dist * np.cos(ang), cy + dist * np.sin(ang), rng.uniform(r_lo, r_hi, n) * radius
 
-    dark = _blobs(size, *spots(n_ma, 0.012, 0.022), 0.9) + _blobs(size, *spots(n_h, 0.04, 0.08), 0.8)
+    dark = _blobs(size, *spots(n_ma, 0.02, 0.035), 0.9) + _blobs(size, *spots(n_h, 0.04, 0.08), 0.8)
     image = image * (1 - np.clip(dark, 0, 0.85))[None] + np.clip(dark, 0, 1)[None] * np.array([0.18, 0.02, 0.02])[:, None, None]
-    bright = np.clip(_blobs(size, *spots(n_ex, 0.015, 0.03, 0.45), 1.0), 0, 1)
+    bright = np.clip(_blobs(size, *spots(n_ex, 0.02, 0.04, 0.45), 1.0), 0, 1)
     image = image + bright[None] * (np.array([0.95, 0.85, 0.35])[:, None, None] - image)
     cws = np.clip(_blobs(size, *spots(n_cws, 0.04, 0.07, 0.5), 0.7), 0, 1)
     image = image + cws[None] * (np.array([0.9, 0.8, 0.7])[:, None, None] - image)
@@ -456,6 +483,63 @@ def _acquire(a, rng, acq, x, y, size) -> np.ndarray:
     return np.clip(a, 0, 1)
 
 
+def _recorded_label(rng, label: int, confusions) -> int:
+    """The label a grader writes: ``label``, or at the :data:`LABEL_NOISE` rate one of ``confusions`` [ours]."""
+    return int(rng.choice(confusions)) if rng.random() < LABEL_NOISE else label
+
+
+# ----------------------------------------------------------------------------------- patients
+# ISIC 2019's metadata vocabulary and shares (ISIC_2019_Training_Metadata.csv, 25,331 images).
+ISIC_AGES = np.arange(0, 90, 5)
+ISIC_AGE_COUNTS = np.array([54, 113, 142, 375, 388, 677, 1199, 1651, 2246, 2585, 2489, 2170, 2036, 2075, 2120,
+                            1796, 1459, 1319], dtype=float)
+ISIC_AGE_MISSING = 437 / 25331
+ISIC_SITES = {"anterior torso": 6915, "lower extremity": 4990, "head/neck": 4587, "upper extremity": 2910,
+              "posterior torso": 2787, "": 2631, "palms/soles": 398, "oral/genital": 59, "lateral torso": 54}
+ISIC_SEXES = {"male": 13286, "female": 11661, "": 384}
+# CheXpert's train.csv: 59 % Male; Age mean 60, SD 18, in 18..90 here [ours: a clipped normal].
+CHEXPERT_MALE = 0.59
+CHEXPERT_AGE = (60.0, 18.0, 18, 90)
+
+
+def _shares(counts) -> tuple[list, np.ndarray]:
+    keys = list(counts)
+    values = np.array([counts[k] for k in keys], dtype=float)
+    return keys, values / values.sum()
+
+
+def _isic_patients(rng, n: int) -> tuple[np.ndarray, list, list]:
+    """Age (NaN: missing), sex and anatomic site of ``n`` ISIC-like patients, with the release's shares."""
+    age = rng.choice(ISIC_AGES, n, p=ISIC_AGE_COUNTS / ISIC_AGE_COUNTS.sum()).astype(float)
+    age[rng.random(n) < ISIC_AGE_MISSING] = np.nan
+    sexes, p_sex = _shares(ISIC_SEXES)
+    sites, p_site = _shares(ISIC_SITES)
+    return age, list(rng.choice(sexes, n, p=p_sex)), list(rng.choice(sites, n, p=p_site))
+
+
+def _age_text(age: float) -> str:
+    """``age_approx`` as the release writes it: ``55``, blank when unknown."""
+    return "" if np.isnan(age) else str(int(age))
+
+
+def _chexpert_patient(rng) -> tuple[str, int]:
+    """Sex (``Male`` / ``Female``) and Age of one CheXpert-like patient."""
+    mean, sd, low, high = CHEXPERT_AGE
+    return ("Male" if rng.random() < CHEXPERT_MALE else "Female"), int(np.clip(round(rng.normal(mean, sd)), low, high))
+
+
+def older_acquisition(image: np.ndarray, rng) -> np.ndarray:
+    """The planted subgroup effect: an image of a patient aged >= :data:`OLDER_FROM`, acquired worse.
+
+    Contrast is pulled toward the image mean by :data:`OLDER_CONTRAST` and Gaussian noise of SD
+    :data:`OLDER_NOISE` is added [ours], so the same finding is harder to see and AUROC is lower on
+    older patients. ``rng`` is the image's own subgroup stream, so the rest of the image is unchanged.
+    """
+    mean = image.mean(axis=(0, 1), keepdims=True)
+    image = mean + OLDER_CONTRAST * (image - mean)
+    return np.clip(image + OLDER_NOISE * rng.standard_normal(image.shape, dtype=np.float32), 0, 1)
+
+
 # ----------------------------------------------------------------------------------- writers
 def _gzip_csv(frame: pd.DataFrame, path: Path) -> None:
     """Write a ``.csv.gz`` with a fixed gzip header (mtime 0, no name), so its bytes are reproducible."""
@@ -494,19 +578,25 @@ def _write_isic(root: Path, n: int, size: int, seed: int, progress: bool) -> Non
     numbers = np.cumsum(rng.integers(1, 9, n))
     image_ids = [f"ISIC_{num:07d}" + ("_downsampled" if rng.random() < 0.05 else "") for num in numbers]
     names = ["MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC", "UNK"]
-    gt = pd.DataFrame(np.eye(9)[labels], columns=names)
+    # The recorded diagnosis: per lesion, a look-alike class at the LABEL_NOISE rate (rendering uses the true one).
+    noise = _image_rng(seed, "isic2019", -1, stream=NOISE_STREAM)
+    recorded = np.array([_recorded_label(noise, int(lab), _DERM_LOOKALIKE[int(lab)]) for _, lab, _, _ in lesions])
+    gt = pd.DataFrame(np.eye(9)[recorded[lesion_of]], columns=names)
     gt.insert(0, "image", image_ids)
     _csv(gt, root / "ISIC_2019_Training_GroundTruth.csv")
-    sites = ["anterior torso", "head/neck", "lower extremity", "upper extremity", "posterior torso", "palms/soles", ""]
+    # Patient metadata per lesion (a lesion is one patient's), in the release's columns and vocabulary.
+    lesion_age, lesion_sex, lesion_site = _isic_patients(rng, len(lesions))
     meta = pd.DataFrame({"image": image_ids,
-                         "age_approx": [f"{5 * rng.integers(3, 18)}.0" if rng.random() > 0.02 else "" for _ in range(n)],
-                         "anatom_site_general": rng.choice(sites, n),
+                         "age_approx": [_age_text(lesion_age[k]) for k in lesion_of],
+                         "anatom_site_general": [lesion_site[k] for k in lesion_of],
                          "lesion_id": [lesion_ids[k] for k in lesion_of],
-                         "sex": rng.choice(["male", "female", ""], n, p=[0.52, 0.46, 0.02])})
+                         "sex": [lesion_sex[k] for k in lesion_of]})
     _csv(meta, root / "ISIC_2019_Training_Metadata.csv")
     lesion_params = [_lesion(int(lab), _image_rng(seed, "isic2019", k, stream=1)) for k, (_, lab, _, _) in enumerate(lesions)]
     for i in tqdm(range(n), desc="demo world: isic2019", disable=not progress):
         image = render_dermoscopy(lesion_params[lesion_of[i]], _image_rng(seed, "isic2019", i), size)
+        if lesion_age[lesion_of[i]] >= OLDER_FROM:
+            image = older_acquisition(image, _image_rng(seed, "isic2019", i, stream=SUBGROUP_STREAM))
         _save(image, root / "ISIC_2019_Training_Input" / f"{image_ids[i]}.jpg")
 
 
@@ -514,7 +604,9 @@ def _write_aptos(root: Path, n: int, size: int, seed: int, progress: bool) -> No
     rng = _image_rng(seed, "aptos2019", -1)
     grades = _exact_labels(rng, APTOS_COUNTS, n)
     ids = [rng.bytes(6).hex() for _ in range(n)]
-    _csv(pd.DataFrame({"id_code": ids, "diagnosis": grades}), root / "train.csv")
+    noise = _image_rng(seed, "aptos2019", -1, stream=NOISE_STREAM)
+    recorded = [_recorded_label(noise, int(g), [k for k in (g - 1, g + 1) if 0 <= k < len(APTOS_COUNTS)]) for g in grades]
+    _csv(pd.DataFrame({"id_code": ids, "diagnosis": recorded}), root / "train.csv")
     for i in tqdm(range(n), desc="demo world: aptos2019", disable=not progress):
         _save(render_fundus(int(grades[i]), _image_rng(seed, "aptos2019", i), size), root / "train_images" / f"{ids[i]}.png")
 
@@ -533,6 +625,8 @@ def _write_chexpert(root: Path, n: int, size: int, seed: int, progress: bool) ->
     is_valid = np.isin(patient, list(valid_patients))
     labels = np.where(is_valid[:, None], cxr_csv_labels(rng, severity, uncertain=False), cxr_csv_labels(rng, severity))
     anatomy = {p: cxr_anatomy(_image_rng(seed, "chexpert", int(p), stream=2)) for p in np.unique(patient)}
+    patients = {int(p): _chexpert_patient(_image_rng(seed, "chexpert", int(p), stream=PATIENT_STREAM))
+                for p in np.unique(patient)}
     release = root / "CheXpert-v1.0-small"
     rows = {"train": [], "valid": []}
     study_no: dict[int, int] = {}
@@ -544,9 +638,11 @@ def _write_chexpert(root: Path, n: int, size: int, seed: int, progress: bool) ->
         folder = f"{split}/patient{(64540 if is_valid[i] else 0) + p + 1:05d}/study{study_no[p]}"
         view = "AP" if image_rng.random() < HOSPITALS["chexpert"]["ap"] else "PA"
         views = [("view1_frontal", "Frontal", view)] + ([("view2_lateral", "Lateral", "")] if image_rng.random() < 0.17 else [])
-        sex, age = image_rng.choice(["Male", "Female"]), int(image_rng.integers(18, 90))
+        sex, age = patients[p]
         for name, frontal_lateral, ap_pa in views:
             image = render_cxr(severity[i], image_rng, size, hospital="chexpert", anatomy=anatomy[p], view=ap_pa or "LATERAL")
+            if age >= OLDER_FROM:
+                image = older_acquisition(image, _image_rng(seed, "chexpert", i, stream=SUBGROUP_STREAM))
             _save(image, release / folder / f"{name}.jpg")
             rows[split].append({"Path": f"CheXpert-v1.0-small/{folder}/{name}.jpg", "Sex": sex, "Age": age,
                                 "Frontal/Lateral": frontal_lateral, "AP/PA": ap_pa,

@@ -1,0 +1,67 @@
+"""The demo world teaches (issue 14): recorded on the demo profile's CACHED results, never run here.
+
+On the paper's fixed anchors (DESIGN.md section 9) the demo panel's cells must span the anchor
+ranges, their CRS values must spread over most of [0, 1], temperature scaling must lower ECE on
+average (the paper's headline, DESIGN.md section 8), and a random network must not lead the CRS
+ranking. These are properties of the demo world's generator (:mod:`crsrepro.data.demo_world`) and of
+the demo panel together, so they are checked on a complete demo run (``crsrepro run --profile demo``
+or ``make book``), which this test only reads. It is skipped, saying why, when there is none.
+"""
+
+import pandas as pd
+import pytest
+
+from crsrepro.analysis import RunAnalysis
+from crsrepro.crs import DIMENSIONS, NORMALISED
+from crsrepro.grid import frame_path, missing_runs
+from crsrepro.profiles import load_profile
+from crsrepro.results import ResultStore
+
+pytestmark = pytest.mark.slow
+
+RANDOM_NETWORKS = ("demo.random_cnn", "demo.random_vit")
+MIN_CRS_RANGE = 0.6       # the cells' CRS values cover at least this much of [0, 1]
+MIN_ANCHOR_SPAN = 0.5     # each normalised dimension covers at least this much of its anchor range
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """The analysis of the demo profile's cached results, against its frozen frame."""
+    profile = load_profile("demo")
+    path = ResultStore(profile.output_path).merged_path
+    if not path.is_file():
+        pytest.skip(f"no demo results at {path}: run `crsrepro run --profile demo` (or `make book`) first")
+    results = pd.read_parquet(path)
+    if results.attrs.get("profile_fingerprint") != profile.fingerprint():
+        pytest.skip(f"{path} was computed for another version of the demo profile: rerun `crsrepro run --profile demo`")
+    missing = missing_runs(profile, results)
+    if len(missing):
+        pytest.skip(f"{path} is incomplete ({len(missing)} runs missing): finish `crsrepro run --profile demo`")
+    if not frame_path(profile).is_file():
+        pytest.skip(f"no frozen demo frame at {frame_path(profile)}: `crsrepro freeze-frame --profile demo`")
+    analysis = RunAnalysis(profile, results)
+    if analysis.frame_warning:
+        pytest.skip(analysis.frame_warning)
+    return analysis
+
+
+def test_cells_span_the_anchor_ranges(demo):
+    normalised = demo.scores[list(NORMALISED)]
+    span = normalised.max() - normalised.min()
+    assert (span >= MIN_ANCHOR_SPAN).all(), (
+        f"normalised spans {span.round(2).to_dict()}; raw cell means:\n{demo.cell_means[list(DIMENSIONS)].describe()}")
+
+
+def test_crs_spreads_over_most_of_the_unit_interval(demo):
+    crs = demo.scores["crs"]
+    assert crs.max() - crs.min() >= MIN_CRS_RANGE, crs.describe()
+
+
+def test_temperature_scaling_lowers_ece_on_average(demo):
+    summary = demo.recalibration.summary
+    assert summary.loc["temperature", "mean_absolute_drop"] > 0, summary
+
+
+def test_a_random_network_does_not_lead(demo):
+    leaders = demo.aggregate.index[demo.aggregate["rank_crs"] == 1]
+    assert not set(leaders) & set(RANDOM_NETWORKS), demo.aggregate
