@@ -9,7 +9,7 @@ decently but not perfectly.
 - Dermoscopy (ISIC-like, 8 classes with ISIC 2019's imbalance, NV dominant): the class sets the
   lesion's shape irregularity, border sharpness, colour and colour variegation, and the odds of
   dermoscopic structures (pigment network, blue-white veil, vessels, scale, dots, white centre,
-  lacunae). :data:`COLOUR_LOOKALIKE` (40 %) of lesions take their colours from a look-alike class
+  lacunae). :data:`COLOUR_LOOKALIKE` (30 %) of lesions take their colours from a look-alike class
   [ours], so that colour alone misleads and shape and structures carry the class. Nuisance: skin
   tone, hair, illumination gradient, dermoscope vignette, white balance, noise, position, size, rotation.
   Images of one lesion share it, with new nuisance; some lesion ids are blank, as in the release.
@@ -79,14 +79,14 @@ DATASET_CODES = {"isic2019": 1, "aptos2019": 2, "chexpert": 3, "mimic_cxr": 4}
 PRETRAIN_STREAM = 7  # sample_images draws from a stream the written world never uses
 MIN_PER_CLASS = 10  # [ours] floor on each class/label's count at tiny sizes (smoke)
 JPEG_QUALITY = 92
-COLOUR_LOOKALIKE = 0.4  # [ours] share of lesions coloured like a look-alike class (colour alone misleads)
-LABEL_NOISE = 0.08  # [ours] share of ISIC lesions / APTOS images whose recorded label is a confusable one
+COLOUR_LOOKALIKE = 0.3  # [ours] share of lesions coloured like a look-alike class (colour alone misleads)
+LABEL_NOISE = 0.05  # [ours] share of ISIC lesions / APTOS images whose recorded label is a confusable one
 NOISE_STREAM = 5  # the random stream of the label noise (per dataset)
 SUBGROUP_STREAM = 3  # the random stream of the planted subgroup effect (per image)
 PATIENT_STREAM = 4  # the random stream of CheXpert-like patients' sex and age (per patient)
 OLDER_FROM = 60  # [ours] the planted subgroup: patients this old or older are imaged worse
-OLDER_CONTRAST = 0.6  # [ours] their images' contrast, as a share of the original
-OLDER_NOISE = 0.05  # [ours] and the SD of the noise added to them (images in [0, 1])
+OLDER_CONTRAST = 0.45  # [ours] their images' contrast, as a share of the original
+OLDER_NOISE = 0.07  # [ours] and the SD of the noise added to them (images in [0, 1])
 
 # ISIC 2019 training-set counts (MEL NV BCC AK BKL DF VASC SCC) and APTOS 2019 counts (grades 0..4).
 ISIC_COUNTS = np.array([4522, 12875, 3323, 867, 2624, 239, 253, 628], dtype=float)
@@ -199,7 +199,7 @@ def _lesion(label: int, rng) -> dict:
         core=np.clip(core + shade + rng.normal(0, 0.05, 3), 0.05, 0.95),
         second=np.clip(second + shade + rng.normal(0, 0.05, 3), 0.05, 0.95),
         variegation=varieg * rng.lognormal(0, 0.35), texture=texture * rng.lognormal(0, 0.35),
-        border=border * rng.lognormal(0, 0.3), radius=radius * rng.lognormal(0, 0.3),
+        border=border * rng.lognormal(0, 0.3), radius=radius * rng.lognormal(0, 0.2),
         harmonics=irregular * rng.lognormal(0, 0.35) * rng.standard_normal(5) / np.sqrt(np.arange(1, 6)),
         phases=rng.uniform(0, 2 * np.pi, 5), aspect=rng.lognormal(0, 0.12),
         structures=rng.random(7) < _DERM_STRUCTURES[label], seed=int(rng.integers(2**31)),
