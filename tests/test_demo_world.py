@@ -101,6 +101,7 @@ def _cv_macro_auroc(X, y):
                     for j in range(y.shape[1])])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dataset,n,size,side", [("isic2019", 400, 48, 10), ("aptos2019", 600, 64, 12),
                                                 ("chexpert", 400, 48, 8)])
 def test_pixel_probe_is_informative_but_not_perfect(dataset, n, size, side):

@@ -10,6 +10,8 @@ from crsrepro.encoders import get_spec
 from crsrepro.profiles import load_profile
 from crsrepro.results import COLUMNS, ResultStore
 
+pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
+
 PAIR = ("demo.random_cnn", "aptos2019")
 
 

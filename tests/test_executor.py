@@ -8,6 +8,8 @@ from crsrepro import executor, grid
 from crsrepro.errors import CrsreproError
 from crsrepro.profiles import load_profile
 
+pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
+
 
 @pytest.fixture(scope="module")
 def reference(micro_world):

@@ -26,6 +26,8 @@ from crsrepro import grid
 from crsrepro.errors import CrsreproError
 from crsrepro.results import ResultStore, load_results
 
+pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
+
 N_INJECTED = 20
 SEED = 17  # [ours] the seed of the interruption points and of the kill moments
 

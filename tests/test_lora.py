@@ -12,6 +12,8 @@ from crsrepro.lora import (PLANS, LoraError, _loss, adapt, adaptable, base_state
 from crsrepro.profiles import load_profile
 from crsrepro.results import COLUMNS
 
+pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
+
 
 def _batch(n=16, size=96, classes=3, seed=0):
     rng = np.random.default_rng(seed)
