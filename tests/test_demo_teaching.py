@@ -72,3 +72,15 @@ def test_temperature_scaling_lowers_ece_on_average(demo):
 def test_a_random_network_does_not_lead(demo):
     leaders = demo.aggregate.index[demo.aggregate["rank_crs"] == 1]
     assert not set(leaders) & set(RANDOM_NETWORKS), demo.aggregate
+
+
+def test_the_planted_subgroup_effect_is_found(demo):
+    """Issue 16: the demo world plants worse images for patients aged 60 or more (ISIC and CheXpert
+    look-alikes); the subgroup analysis finds older patients' AUROC lower on average over the panel."""
+    from crsrepro.subgroups import subgroup_table
+
+    table = subgroup_table(demo, attributes=("age_group",), n_resamples=200)
+    for dataset in ("isic2019", "chexpert"):
+        cells = table[table["dataset"] == dataset]
+        older = cells["subgroup"].isin(["60-79", "80+"])
+        assert cells.loc[older, "auroc_gap"].mean() < cells.loc[~older, "auroc_gap"].mean() - 0.01, dataset
