@@ -25,8 +25,9 @@ A measurement is a key of the dict :func:`measure_claims` returns (:mod:`crsrepr
 keyed ``<quantity>:<encoder>`` or ``<quantity>:<encoder>:<dataset>`` (``aggregate_auroc:medical.medgemma``,
 ``ece:general.dinov2:aptos2019``); pairs ``<quantity>:<a>-<b>``; this run's own leaders ``rank1``,
 ``rank2`` ... (``aggregate_crs:rank1``: the aggregate CRS of this run's CRS leader). Ranges and
-intervals are ``(low, high)`` tuples. The layer-depth and LoRA measurements (``depth_*``, ``lora_*``)
-are named in the claims file but not produced yet: no chapter computes them.
+intervals are ``(low, high)`` tuples. The layer-depth measurements (``depth_*``) come from the depth
+sweep of chapter 06 and the LoRA ones (``lora_*``) from the frozen-vs-LoRA comparison of chapter 07
+(:attr:`crsrepro.analysis.RunAnalysis.depth`, :attr:`~crsrepro.analysis.RunAnalysis.lora`).
 """
 
 from __future__ import annotations

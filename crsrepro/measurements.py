@@ -4,7 +4,9 @@
 (:mod:`crsrepro.claims`) names and this run supports. Each value is read from the same analysis
 object the chapters read (its cached tables and analyses), so a chapter and the claims page always
 show the same number. Measurement names are described in :mod:`crsrepro.claims`. An analysis that the
-results cannot support (too few encoders, no transfer set ...) is left out and logged, never filled in.
+results cannot support (too few encoders, no transfer set, no encoder with depth taps ...) is left out and
+logged, never filled in. The layer-depth and LoRA measurements read :attr:`RunAnalysis.depth` and
+:attr:`RunAnalysis.lora`, which run the depth sweep and the LoRA grid for what is not cached yet.
 """
 
 from __future__ import annotations
@@ -53,10 +55,12 @@ def _worked_examples() -> dict:
 
 
 def _protocol_measures() -> dict:
-    """What the paper's protocol fixes, read from the paper profile, the run grid and the library."""
+    """What the paper's protocol fixes, read from the paper profile, the run grid, the paper's LoRA plan
+    (:data:`crsrepro.lora.PLANS`) and the library's defaults."""
     from crsrepro.crs import DEFAULT_WEIGHTS
     from crsrepro.data import DATASETS
     from crsrepro.grid import cells, enumerate_runs
+    from crsrepro.lora import PLANS, finetune
     from crsrepro.metrics import expected_calibration_error
     from crsrepro.probes import KNNProbe
 
@@ -77,6 +81,9 @@ def _protocol_measures() -> dict:
         "paper_control_probes": len(paper.control_probes.probes),
         "knn_k": inspect.signature(KNNProbe).parameters["k"].default,
         "ece_bins": inspect.signature(expected_calibration_error).parameters["n_bins"].default,
+        "lora_rank": inspect.signature(finetune).parameters["rank"].default,
+        "lora_alpha": inspect.signature(finetune).parameters["alpha"].default,
+        "lora_epochs": PLANS["paper"].epochs, "lora_seeds": PLANS["paper"].n_seeds,
         "reversed_pairs_for_paper_tau": reversed_pairs_for_tau(_paper_value("auroc_crs_kendall_tau"), n),
         **{f"crs_weight:{component}": weight for component, weight in DEFAULT_WEIGHTS.items()},
         **{f"n_labels:{name}": len(spec.label_names) for name, spec in DATASETS.items()},
@@ -235,11 +242,51 @@ def _label_efficiency_measures(a: RunAnalysis) -> dict:
     return out
 
 
+def _depth_measures(a: RunAnalysis) -> dict:
+    """The layer-depth sweep (06_layer_depth): how often an intermediate layer wins, and per encoder
+    its best depth and the gain of each intermediate depth over the 100 % tap.
+
+    ``depth_best:<encoder>`` is the depth (a fraction: 0.5 for 50 %) of the best seed-mean clean AUROC
+    averaged over the datasets the encoder is swept on, and ``depth_gain_points_range:<encoder>:depth<d>``
+    the (lowest, highest) over those datasets of the seed-mean AUROC at depth d minus at 100 %, in
+    AUROC points [ours: the paper gives one best depth and one range of gains per encoder, without
+    saying over what they range].
+    """
+    from crsrepro.depth import curve, intermediate_wins
+
+    table = a.depth
+    wins, n_pairs = intermediate_wins(table)
+    out = {"depth_n_sweeps": n_pairs, "depth_intermediate_wins": wins}
+    means = curve(table).groupby(["encoder", "dataset", "depth"])["auroc"].mean().unstack("depth")
+    for encoder, per_dataset in means.groupby(level="encoder"):
+        out[f"depth_best:{encoder}"] = per_dataset.mean().idxmax() / 100
+        points = 100 * per_dataset.drop(columns=100).sub(per_dataset[100], axis=0)
+        out |= {f"depth_gain_points_range:{encoder}:depth{depth:.0f}": (points[depth].min(), points[depth].max())
+                for depth in points.columns}
+    return out
+
+
+def _lora_measures(a: RunAnalysis) -> dict:
+    """Frozen vs LoRA (07_lora): per domain the AUROC gain and the Kendall tau of the AUROC rankings,
+    the leader changes, and the four-dimensional comparison (tau, mean rank shift, top-3 overlap and
+    each encoder's CRS rank after LoRA)."""
+    comparison = a.lora
+    out = {}
+    for row in comparison.per_domain.itertuples():
+        out |= {f"lora_auroc_gain:{row.dataset}": row.auroc_gain, f"lora_kendall_tau:{row.dataset}": row.kendall_tau}
+    crs = comparison.crs
+    out |= {"lora_leader_changes": int(comparison.per_domain["leader_changed"].sum()),
+            "lora_crs_kendall_tau": crs.kendall_tau, "lora_crs_mean_abs_rank_shift": crs.mean_abs_rank_shift,
+            "lora_crs_top3_overlap": crs.top3_overlap}
+    return out | {f"lora_rank:{encoder}": rank for encoder, rank in crs.ranks["rank_b"].items()}
+
+
 MEASURES = (
     (_ranking_measures, "05_crs_bootstrap"), (_bootstrap_measures, "05_crs_bootstrap"),
     (_insertion_measures, "05_crs_bootstrap"), (_validity_measures, "05_crs_bootstrap"),
     (_calibration_measures, "02_calibration"), (_degradation_measures, "04_robustness"),
     (_transfer_measures, "04_robustness"), (_label_efficiency_measures, "03_label_efficiency"),
+    (_depth_measures, "06_layer_depth"), (_lora_measures, "07_lora"),
 )
 """The analyses of the results table, with the chapter each belongs to."""
 

@@ -214,13 +214,68 @@ def _mean(metric, **keys):
     return rows.groupby([c for c in ("encoder", "dataset") if c not in keys])["value"].mean()
 
 
+# A depth sweep, seed-mean clean AUROC per (encoder, dataset) and depth (%): RAD-DINO is best at 50 % on both
+# its datasets (+1.5 and +1.3 points over 100 %), DINOv2 at 75 %, ViT-B/16 at 100 %: 3 of 4 pairs.
+DEPTH_AUROC = {("specialist.rad_dino", "chexpert"): {25: 0.70, 50: 0.800, 75: 0.78, 100: 0.785},
+               ("specialist.rad_dino", "isic2019"): {25: 0.60, 50: 0.700, 75: 0.69, 100: 0.687},
+               ("general.dinov2", "aptos2019"): {25: 0.65, 50: 0.700, 75: 0.75, 100: 0.740},
+               ("general.vit_b16", "isic2019"): {25: 0.60, 50: 0.650, 75: 0.70, 100: 0.720}}
+
+
+def make_depth_table() -> pd.DataFrame:
+    """:func:`crsrepro.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds at +-0.002 around the means."""
+    rows = []
+    for (encoder, dataset), by_depth in DEPTH_AUROC.items():
+        for seed, noise in ((0, -0.002), (1, 0.002)):
+            for layer, depth in [*((f"depth{d}", float(d)) for d in by_depth), ("final", np.nan)]:
+                auroc = by_depth[int(depth)] + noise if layer != "final" else by_depth[100] - 0.01
+                rows.append({"encoder": encoder, "family": encoder.split(".")[0], "dataset": dataset, "seed": seed,
+                             "layer": layer, "depth": depth, "auroc": auroc, "ece": 0.05, "retention": 0.9,
+                             "robustness": 0.9, "val_auroc": auroc})
+    return pd.DataFrame(rows)
+
+
+def make_lora_comparison():
+    """Frozen vs LoRA on synthetic profiles: on ISIC every encoder gains 0.02 (same order), on APTOS the
+    LoRA order is the frozen one reversed (the leader changes)."""
+    from crsrepro.lora import compare
+
+    encoders = list(QUALITY)[:4]
+    frozen, lora = [], []
+    for dataset in ("isic2019", "aptos2019"):
+        for seed in (0, 1):
+            for i, encoder in enumerate(encoders):
+                base = {"encoder": encoder, "dataset": dataset, "seed": seed, "ece": 0.05 + 0.01 * i,
+                        "retention": 0.9, "robustness": 0.9}
+                frozen.append(base | {"auroc": 0.9 - 0.05 * i})
+                lora.append(base | {"auroc": 0.92 - 0.05 * i if dataset == "isic2019" else 0.75 + 0.05 * i})
+    return compare(pd.DataFrame(frozen), pd.DataFrame(lora))
+
+
+def _no_sweep(self):
+    raise CrsreproError("no depth sweep or LoRA grid in this test")
+
+
+def _without_sweeps(patch):
+    """Make the depth sweep and the LoRA grid unavailable (they would compute on the smoke profile)."""
+    from crsrepro.analysis import RunAnalysis
+
+    patch.setattr(RunAnalysis, "depth", property(_no_sweep))
+    patch.setattr(RunAnalysis, "lora", property(_no_sweep))
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
+    from crsrepro.analysis import RunAnalysis
+
     manifests = tmp_path_factory.mktemp("manifests")
     pd.DataFrame({"image_id": list("abcdefg"), "split": "train", "group": list("abcdefg")}).to_csv(
         manifests / "isic2019_smoke.csv", index=False)
     _freeze(RESULTS, manifests)
-    values = measure_claims(load_profile("smoke"), RESULTS, manifest_dir=manifests)
+    analysis = RunAnalysis(load_profile("smoke"), RESULTS, manifest_dir=manifests)
+    analysis.__dict__["depth"] = make_depth_table()   # the cached properties, set as the chapters would read them
+    analysis.__dict__["lora"] = make_lora_comparison()
+    values = analysis.measurements
     assert list(manifests.glob("crs_reference_*.yaml")) == [manifests / "crs_reference_smoke.yaml"]  # read, not rewritten
     return values
 
@@ -297,12 +352,37 @@ def test_calibration_transfer_and_label_efficiency_match_hand_computation(measur
     assert set(measured) >= {"external_validity_rho:crs", "lodo_rho:chexpert", "lodo_champions_recovered"}
 
 
-def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path):
+def test_depth_measures_match_hand_computation(measured):
+    assert (measured["depth_n_sweeps"], measured["depth_intermediate_wins"]) == (4, 3)
+    assert measured["depth_best:specialist.rad_dino"] == 0.5 and measured["depth_best:general.dinov2"] == 0.75
+    assert measured["depth_best:general.vit_b16"] == 1.0
+    assert measured["depth_gain_points_range:specialist.rad_dino:depth50"] == pytest.approx((1.3, 1.5))
+    assert measured["depth_gain_points_range:general.dinov2:depth75"] == pytest.approx((1.0, 1.0))
+    assert "depth_gain_points_range:specialist.rad_dino:depth100" not in measured
+
+
+def test_lora_measures_match_hand_computation(measured):
+    assert measured["lora_auroc_gain:isic2019"] == pytest.approx(0.02)
+    assert measured["lora_auroc_gain:aptos2019"] == pytest.approx(np.mean([-0.15, -0.05, 0.05, 0.15]))
+    assert measured["lora_kendall_tau:isic2019"] == pytest.approx(1.0)
+    assert measured["lora_kendall_tau:aptos2019"] == pytest.approx(-1.0)
+    assert measured["lora_leader_changes"] == 1
+    crs = make_lora_comparison().crs
+    assert measured["lora_crs_kendall_tau"] == pytest.approx(crs.kendall_tau)
+    assert measured["lora_crs_mean_abs_rank_shift"] == pytest.approx(crs.mean_abs_rank_shift)
+    assert sorted(measured[f"lora_rank:{e}"] for e in list(QUALITY)[:4]) == [1, 2, 3, 4]
+    # the paper's protocol, not this run's reduced plan
+    assert (measured["lora_rank"], measured["lora_alpha"], measured["lora_epochs"], measured["lora_seeds"]) == (8, 16, 8, 3)
+
+
+def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatch):
     four = ["general.mae", "general.resnet50", "medical.medgemma", "specialist.panderm"]
     no_transfer = RESULTS[(RESULTS["condition"] != "mimic_cxr") & RESULTS["encoder"].isin(four)]
     _freeze(no_transfer, tmp_path)
+    _without_sweeps(monkeypatch)
     values = measure_claims("smoke", no_transfer, manifest_dir=tmp_path)
-    assert not any(k.startswith(("transfer_", "external_validity", "insertion_")) for k in values)
+    assert not any(k.startswith(("transfer_", "external_validity", "insertion_", "depth_", "lora_auroc")) for k in values)
+    assert values["lora_rank"] == 8  # the protocol is always there
     assert "chexpert_1pct_reaching_vit_b16:medical" not in values  # no ViT-B/16, no bar
     assert "aggregate_crs:specialist.panderm" in values and "p_top3_sum" in values
 
@@ -312,7 +392,9 @@ def test_the_claims_page_for_synthetic_results(measured):
     assert page.loc["n_runs", ["this run", "status"]].tolist() == ["17,575", "measured"]
     assert page.loc["auroc_medgemma", "status"] == "measured"
     assert page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:medical.medgemma']:.4g}"
-    assert page.loc["lora_auroc_gain_isic", ["this run", "status"]].tolist() == ["", "not measured"]
+    assert page.loc["lora_auroc_gain_isic", ["this run", "status"]].tolist() == ["0.02", "measured"]
+    assert page.loc["rad_dino_best_depth", ["this run", "status"]].tolist() == ["0.5", "measured"]
+    assert page.loc["lora_kendall_tau_chexpert", ["this run", "status"]].tolist() == ["", "not measured"]
     assert page.loc["dinov2_aptos_ece_before", "status"] == "not measured"  # DINOv2 is not in these results
     demo_page = claims_table(CLAIMS, measured, profile_name="smoke").set_index("id")
     assert demo_page.loc["auroc_medgemma", "status"] == "paper profile only"
