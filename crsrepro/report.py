@@ -72,7 +72,11 @@ def primary_runs(results: pd.DataFrame, *, condition: str | None = "clean",
     """
     from crsrepro.results import runs_table
 
-    runs = runs_table(results)
+    return _primary(runs_table(results), condition=condition, label_fraction=label_fraction)
+
+
+def _primary(runs: pd.DataFrame, *, condition: str | None, label_fraction: float | None) -> pd.DataFrame:
+    """The rows of a runs table that :func:`primary_runs` keeps."""
     keep = ((runs["probe"] == "linear") & (runs["regime"] == "frozen") & (runs["layer"] == "final")
             & (runs["recalibrator"] == "none"))
     if condition is not None:
@@ -104,6 +108,74 @@ def metric_table(results: pd.DataFrame, metric: str = "auroc") -> pd.DataFrame:
     table["rank"] = aggregate.rank(ascending=metric in LOWER_IS_BETTER, method="min").astype(int)
     table.columns.name = None
     return table.sort_values("rank")
+
+
+def transfer_table(analysis) -> pd.DataFrame:
+    """Transfer AUROC without retraining, one column per (source -> target) pair of the profile (MIMIC-CXR,
+    and NIH ChestX-ray14 when the profile names it), beside each source's clean AUROC; seed means of the
+    primary protocol, from :attr:`crsrepro.analysis.RunAnalysis.all_runs` (every transfer target,
+    whether or not it enters robustness). A missing cell is ``NaN``, never imputed.
+    """
+    runs = _primary(analysis.all_runs, condition=None, label_fraction=1.0)
+    columns = {}
+    for source, targets in analysis.profile.transfer.items():
+        on_source = runs[runs["dataset"] == source]
+        columns[f"{source} (clean)"] = on_source[on_source["condition"] == "clean"].groupby("encoder")["auroc"].mean()
+        for target in targets:
+            columns[f"{source} -> {target}"] = on_source[on_source["condition"] == target].groupby("encoder")["auroc"].mean()
+    if not columns:
+        raise ValueError(f"profile {analysis.profile.name!r} names no transfer set")
+    table = pd.DataFrame(columns).round(3)
+    table.index.name = "encoder"
+    return table
+
+
+def two_level_intervals(analysis, level: float = 0.95) -> pd.DataFrame:
+    """Per dataset and encoder, the ``level`` intervals of D (AUROC) and C (ECE) from the two-level
+    bootstrap over seeds x test cases (:attr:`crsrepro.analysis.RunAnalysis.two_level_bootstrap`,
+    ``summary(level)``), with each interval's width."""
+    parts = {dataset: result.summary(level) for dataset, result in analysis.two_level_bootstrap.items()}
+    table = pd.concat(parts, names=["dataset"])
+    return table.assign(auroc_width=table["auroc_ci_high"] - table["auroc_ci_low"],
+                        ece_width=table["ece_ci_high"] - table["ece_ci_low"])
+
+
+def seed_count_coverage(coverage_profile: str, n_seeds: int = 5):
+    """How often an ``n_seeds``-seed bootstrap interval covers the estimate of a run with many seeds
+    (:meth:`crsrepro.analysis.RunAnalysis.seed_count_coverage` on ``coverage_profile``, e.g. ``demo-seeds20``),
+    as a one-row table; a note instead when ``coverage_profile`` is empty (the smoke book skips it).
+
+    The coverage profile's results are loaded (its grid runs when they are missing).
+    """
+    from crsrepro.analysis import RunAnalysis
+
+    if not coverage_profile:
+        return _admonition("note", "Coverage of a few-seed bootstrap: not run here", _html(
+            "This build sets `coverage_profile` empty, so the coverage check is skipped. Run the chapter with "
+            "`-p coverage_profile demo-seeds20` to measure it on a 20-seed run."))
+    table = RunAnalysis.load(coverage_profile).seed_count_coverage(n_seeds)
+    attrs = table.attrs
+    return pd.DataFrame([{"profile": coverage_profile, "seeds per interval": attrs["n_seeds"],
+                          "seeds of the run": attrs["n_all_seeds"], "subsets": attrs["n_subsets"],
+                          "pairs": len(table), "nominal": attrs["level"], "coverage": round(attrs["coverage"], 3),
+                          "mean width": round(float(table["mean_width"].mean()), 3)}]).set_index("profile")
+
+
+def subgroup_numbers(table: pd.DataFrame, worst) -> dict[str, str]:
+    """The subgroup section's numbers for the prose (chapter 02): ``table`` is a
+    :func:`crsrepro.subgroups.subgroup_table`, ``worst`` its :func:`crsrepro.subgroups.worst_subgroup`."""
+    from crsrepro.style import short_name
+
+    by_auroc, by_ece = worst.per_encoder.sort_values("auroc_gap"), worst.per_encoder.sort_values("ece_gap")
+    a, e = by_auroc.iloc[0], by_ece.iloc[-1]
+    return {"n_subgroups": _f(len(table[["dataset", "attribute", "subgroup"]].drop_duplicates())),
+            "n_subgroups_skipped": _f(len(table.attrs.get("skipped", []))),
+            "worst_auroc_gap": _f(float(a["auroc_gap"])), "worst_auroc_who": short_name(by_auroc.index[0]),
+            "worst_auroc_where": f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
+            "worst_ece_gap": _f(float(e["ece_gap"])), "worst_ece_who": short_name(by_ece.index[-1]),
+            "worst_ece_where": f"{e['ece_attribute']} = {e['ece_subgroup']} on {e['ece_dataset']}",
+            "worst_subgroup_tau": _f(worst.agreement.kendall_tau),
+            "worst_subgroup_reversed": _f(int(worst.agreement.reversed_pairs))}
 
 
 def scalars(result, **extra) -> pd.DataFrame:
@@ -265,7 +337,7 @@ def _pct(value) -> str:
 
 #: The chapters whose prose quotes this run's numbers (:func:`chapter_numbers`).
 CHAPTERS = ("00_setup", "01_discrimination", "02_calibration", "03_label_efficiency", "04_robustness",
-            "05_crs_bootstrap", "08_claims")
+            "05_crs_bootstrap", "06_layer_depth", "07_lora", "08_claims")
 
 
 def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
@@ -344,12 +416,79 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
                 "kendall_tau": _f(agreement.kendall_tau), "reversed_pairs": _f(int(agreement.reversed_pairs)),
                 "n_pairs": _f(int(agreement.n_pairs)), "p_rank1_leader": _f(bootstrap.p_rank1.max(), 2),
                 "p_rank1_who": short_name(bootstrap.p_rank1.idxmax()),
-                "n_resamples": _f(int(bootstrap.n_resamples))}
+                "n_resamples": _f(int(bootstrap.n_resamples)),
+                **_two_level_numbers(analysis), **_probe_numbers(analysis.probe_conclusions)}
+    if notebook == "06_layer_depth":
+        return _depth_numbers(analysis.depth)
+    if notebook == "07_lora":
+        return _lora_numbers(analysis)
     if notebook == "08_claims":
         counts = analysis.claims["status"].value_counts()
         return {"n_claims": _f(len(analysis.claims)), **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0)))
                                                         for s in STATUSES}}
     raise AssertionError(f"CHAPTERS lists {notebook!r} but no numbers are defined for it")
+
+
+def _two_level_numbers(analysis) -> dict[str, str]:
+    """The two-level bootstrap's typical interval widths (chapter 05), with the seed-only CRS intervals' for contrast."""
+    table = two_level_intervals(analysis)
+    seed_only = analysis.bootstrap.percentile_interval()
+    return {"two_level_auroc_width": _f(float(table["auroc_width"].median())),
+            "two_level_ece_width": _f(float(table["ece_width"].median())),
+            "n_case_resamples": _f(int(analysis.profile.bootstrap.n_case_resamples)),
+            "seed_only_crs_width": _f(float((seed_only["ci_high"] - seed_only["ci_low"]).median()))}
+
+
+def _probe_numbers(conclusions: pd.DataFrame) -> dict[str, str]:
+    """AUROC-vs-CRS agreement under each probe (chapter 05: do the conclusions depend on the classifier?)."""
+    tau = conclusions["auroc_crs_kendall_tau"]
+    return {"n_probes": _f(len(conclusions)), "probe_tau_min": _f(float(tau.min())), "probe_tau_max": _f(float(tau.max())),
+            "probe_tau_linear": _f(float(tau.get("linear", np.nan)))}
+
+
+def _depth_numbers(table: pd.DataFrame) -> dict[str, str]:
+    """Chapter 06: the intermediate wins, the largest gain over the 100 % tap, the paired tests and the
+    ranking when the depth is chosen on val, from :mod:`crsrepro.depth`'s analyses of the sweep."""
+    from crsrepro import depth
+    from crsrepro.style import short_name
+
+    best = depth.best_depths(table)
+    wins, pairs = depth.intermediate_wins(table)
+    top = best.loc[best["gain"].idxmax()]
+    tests = depth.paired_test(table)
+    agreement, _ = depth.val_selected_ranking(table)
+    return {"depth_pairs": _f(pairs), "depth_wins": _f(wins), "depth_n_seeds": _f(int(table["seed"].nunique())),
+            "depth_top_gain_points": _f(100 * float(top["gain"]), 1),
+            "depth_top_pair": f"{short_name(top['encoder'])} on {top['dataset']}",
+            "depth_top_depth": f"{int(top['best_depth'])} %",
+            "depth_n_significant": _f(int((tests["p"] < 0.05).sum())),
+            "depth_val_tau": _f(agreement.kendall_tau), "depth_val_reversed": _f(int(agreement.reversed_pairs)),
+            "depth_val_n_pairs": _f(int(agreement.n_pairs))}
+
+
+def _lora_numbers(analysis) -> dict[str, str]:
+    """Chapter 07: this run's LoRA plan, the per-domain agreement and gains, the four-dimensional
+    comparison, and the GPU-hours of the paper's protocol (:func:`crsrepro.lora.paper_gpu_hours`)."""
+    from crsrepro.lora import paper_gpu_hours
+    from crsrepro.plan import THROUGHPUTS
+    from crsrepro.style import short_name
+
+    rows, comparison = analysis.lora_results, analysis.lora
+    domains, crs = comparison.per_domain, comparison.crs
+    mover = comparison.movers.iloc[0]
+    return {"lora_epochs": _f(int(rows.attrs["epochs"])), "lora_n_seeds": _f(int(rows["seed"].nunique())),
+            "lora_n_encoders": _f(int(rows["encoder"].nunique())), "lora_n_domains": _f(len(domains)),
+            "lora_tau_min": _f(float(domains["kendall_tau"].min())), "lora_tau_max": _f(float(domains["kendall_tau"].max())),
+            "lora_leader_changes": _f(int(domains["leader_changed"].sum())),
+            "lora_gain_min": _f(float(domains["auroc_gain"].min())), "lora_gain_max": _f(float(domains["auroc_gain"].max())),
+            "lora_n_domains_below_frozen": _f(int((domains["auroc_gain"] < 0).sum())),
+            "lora_crs_tau": _f(crs.kendall_tau), "lora_crs_shift": _f(crs.mean_abs_rank_shift, 2),
+            "lora_top3_hold": "hold" if comparison.top3_hold else "do not hold",
+            "lora_top_mover": short_name(comparison.movers.index[0]),
+            "lora_top_mover_from": _f(int(mover["rank_a"])), "lora_top_mover_to": _f(int(mover["rank_b"])),
+            "paper_gpu_hours": _f(paper_gpu_hours(), 1),
+            "lora_gpu_rate": _f(int(THROUGHPUTS["gpu_lora_vit_b16"].value)),
+            "lora_gpu_rate_source": THROUGHPUTS["gpu_lora_vit_b16"].source}
 
 
 def glue_numbers(numbers: dict[str, str]) -> None:

@@ -218,17 +218,17 @@ def _mean(metric, **keys):
 # its datasets (+1.5 and +1.3 points over 100 %), DINOv2 at 75 %, ViT-B/16 at 100 %: 3 of 4 pairs.
 DEPTH_AUROC = {("specialist.rad_dino", "chexpert"): {25: 0.70, 50: 0.800, 75: 0.78, 100: 0.785},
                ("specialist.rad_dino", "isic2019"): {25: 0.60, 50: 0.700, 75: 0.69, 100: 0.687},
-               ("general.dinov2", "aptos2019"): {25: 0.65, 50: 0.700, 75: 0.75, 100: 0.740},
+               ("general.dinov2", "chexpert"): {25: 0.65, 50: 0.700, 75: 0.75, 100: 0.740},
                ("general.vit_b16", "isic2019"): {25: 0.60, 50: 0.650, 75: 0.70, 100: 0.720}}
 
 
 def make_depth_table() -> pd.DataFrame:
-    """:func:`crsrepro.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds at +-0.002 around the means."""
+    """:func:`crsrepro.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds symmetric around the means."""
     rows = []
     for (encoder, dataset), by_depth in DEPTH_AUROC.items():
         for seed, noise in ((0, -0.002), (1, 0.002)):
             for layer, depth in [*((f"depth{d}", float(d)) for d in by_depth), ("final", np.nan)]:
-                auroc = by_depth[int(depth)] + noise if layer != "final" else by_depth[100] - 0.01
+                auroc = by_depth[int(depth)] + noise * depth / 50 if layer != "final" else by_depth[100] - 0.01
                 rows.append({"encoder": encoder, "family": encoder.split(".")[0], "dataset": dataset, "seed": seed,
                              "layer": layer, "depth": depth, "auroc": auroc, "ece": 0.05, "retention": 0.9,
                              "robustness": 0.9, "val_auroc": auroc})
@@ -248,7 +248,7 @@ def make_lora_comparison():
                 base = {"encoder": encoder, "dataset": dataset, "seed": seed, "ece": 0.05 + 0.01 * i,
                         "retention": 0.9, "robustness": 0.9}
                 frozen.append(base | {"auroc": 0.9 - 0.05 * i})
-                lora.append(base | {"auroc": 0.92 - 0.05 * i if dataset == "isic2019" else 0.75 + 0.05 * i})
+                lora.append(base | {"auroc": 0.92 - 0.05 * i if dataset == "isic2019" else 0.74 + 0.05 * i})
     return compare(pd.DataFrame(frozen), pd.DataFrame(lora))
 
 
@@ -363,7 +363,7 @@ def test_depth_measures_match_hand_computation(measured):
 
 def test_lora_measures_match_hand_computation(measured):
     assert measured["lora_auroc_gain:isic2019"] == pytest.approx(0.02)
-    assert measured["lora_auroc_gain:aptos2019"] == pytest.approx(np.mean([-0.15, -0.05, 0.05, 0.15]))
+    assert measured["lora_auroc_gain:aptos2019"] == pytest.approx(-0.01)
     assert measured["lora_kendall_tau:isic2019"] == pytest.approx(1.0)
     assert measured["lora_kendall_tau:aptos2019"] == pytest.approx(-1.0)
     assert measured["lora_leader_changes"] == 1
@@ -373,6 +373,26 @@ def test_lora_measures_match_hand_computation(measured):
     assert sorted(measured[f"lora_rank:{e}"] for e in list(QUALITY)[:4]) == [1, 2, 3, 4]
     # the paper's protocol, not this run's reduced plan
     assert (measured["lora_rank"], measured["lora_alpha"], measured["lora_epochs"], measured["lora_seeds"]) == (8, 16, 8, 3)
+
+
+def test_chapters_06_and_07_quote_the_same_analyses():
+    """The numbers the depth and LoRA chapters glue come from the analyses the claims page measures."""
+    from types import SimpleNamespace
+
+    from crsrepro import report
+
+    analysis = SimpleNamespace(profile=SimpleNamespace(name="demo"), aggregate=None, depth=make_depth_table())
+    numbers = report.chapter_numbers(analysis, "06_layer_depth")
+    assert (numbers["depth_pairs"], numbers["depth_wins"], numbers["depth_n_seeds"]) == ("4", "3", "2")
+    assert numbers["depth_top_gain_points"] == "1.5" and numbers["depth_top_depth"] == "50 %"
+    comparison = make_lora_comparison()
+    rows = pd.DataFrame({"encoder": ["a", "b", "a"], "seed": [0, 0, 1]})
+    rows.attrs["epochs"] = 2
+    analysis = SimpleNamespace(profile=SimpleNamespace(name="demo"), aggregate=None, lora=comparison, lora_results=rows)
+    numbers = report.chapter_numbers(analysis, "07_lora")
+    assert (numbers["lora_epochs"], numbers["lora_n_seeds"], numbers["lora_n_domains"]) == ("2", "2", "2")
+    assert (numbers["lora_leader_changes"], numbers["lora_n_domains_below_frozen"]) == ("1", "1")
+    assert numbers["paper_gpu_hours"] == "7.0" and "issue 13" in numbers["lora_gpu_rate_source"]
 
 
 def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatch):

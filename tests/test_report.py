@@ -3,6 +3,7 @@
 import doctest
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -47,3 +48,43 @@ def test_toy_examples_agree_with_their_definitions():
     assert table.attrs["ece"] == pytest.approx((table["n"] * table["gap"]).sum() / table["n"].sum(), abs=2e-3)
     boot = report.toy_paired_bootstrap(300)
     assert boot.attrs["ci_low"] < 0 < boot.attrs["ci_high"]   # the worked example's point: not separable
+
+
+# --------------------------------------------------------------------------- the chapters' new tables and numbers
+
+def test_transfer_table_has_one_column_per_target():
+    runs = pd.DataFrame({"encoder": ["e1", "e1", "e1", "e2", "e2"], "dataset": "chexpert",
+                         "condition": ["clean", "mimic_cxr", "nih_cxr14", "clean", "mimic_cxr"],
+                         "auroc": [0.8, 0.7, 0.6, 0.9, 0.65], "probe": "linear", "regime": "frozen", "layer": "final",
+                         "recalibrator": "none", "label_fraction": 1.0})
+    one = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={"chexpert": ("mimic_cxr",)}))
+    assert report.transfer_table(one).columns.tolist() == ["chexpert (clean)", "chexpert -> mimic_cxr"]
+    two = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={"chexpert": ("mimic_cxr", "nih_cxr14")}))
+    table = report.transfer_table(two)
+    assert table.loc["e1", "chexpert -> nih_cxr14"] == 0.6 and pd.isna(table.loc["e2", "chexpert -> nih_cxr14"])
+    with pytest.raises(ValueError, match="no transfer set"):
+        report.transfer_table(SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={})))
+
+
+def test_two_level_intervals_stack_the_datasets():
+    from crsrepro.stats import two_level_bootstrap
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 2, 60)
+    probs = {e: np.stack([np.column_stack([1 - p, p]) for p in rng.uniform(size=(2, 60))]) for e in ("a", "b")}
+    result = two_level_bootstrap(labels, probs, task="multiclass", n_resamples=50)
+    table = report.two_level_intervals(SimpleNamespace(two_level_bootstrap={"d1": result, "d2": result}))
+    assert table.index.names == ["dataset", "encoder"] and len(table) == 4
+    assert (table["auroc_width"] >= 0).all() and (table["auroc_ci_low"] <= table["auroc"]).all()
+
+
+def test_seed_count_coverage_is_a_note_when_skipped_and_a_row_otherwise(monkeypatch):
+    from crsrepro.analysis import RunAnalysis
+
+    assert "not run here" in report.seed_count_coverage("").data
+    table = pd.DataFrame({"a": ["x"], "b": ["y"], "estimate_all_seeds": [0.1], "coverage": [0.8], "mean_width": [0.2]})
+    table.attrs = {"coverage": 0.8, "level": 0.95, "n_seeds": 5, "n_all_seeds": 20, "n_subsets": 40}
+    monkeypatch.setattr(RunAnalysis, "load", classmethod(
+        lambda cls, profile: SimpleNamespace(seed_count_coverage=lambda n_seeds: table)))
+    row = report.seed_count_coverage("demo-seeds20").loc["demo-seeds20"]
+    assert (row["coverage"], row["nominal"], row["seeds of the run"]) == (0.8, 0.95, 20)
