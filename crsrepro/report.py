@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from crsrepro.errors import CrsreproError
 from crsrepro.profiles import Profile
 
 
@@ -124,7 +125,7 @@ def transfer_table(analysis) -> pd.DataFrame:
         for target in targets:
             columns[f"{source} -> {target}"] = on_source[on_source["condition"] == target].groupby("encoder")["auroc"].mean()
     if not columns:
-        raise ValueError(f"profile {analysis.profile.name!r} names no transfer set")
+        raise CrsreproError(f"profile {analysis.profile.name!r} names no transfer set (its key transfer is empty)")
     table = pd.DataFrame(columns).round(3)
     table.index.name = "encoder"
     return table
@@ -161,21 +162,46 @@ def seed_count_coverage(coverage_profile: str, n_seeds: int = 5):
                           "mean width": round(float(table["mean_width"].mean()), 3)}]).set_index("profile")
 
 
+def worst_subgroups(analysis, table: pd.DataFrame):
+    """:func:`crsrepro.subgroups.worst_subgroup` of a :func:`crsrepro.subgroups.subgroup_table`, or None
+    when no subgroup was scored (a small run, e.g. smoke, whose test splits are below ``MIN_CASES`` per
+    subgroup): :func:`subgroup_numbers` and :func:`worst_subgroup_summary` then say so."""
+    from crsrepro.subgroups import worst_subgroup
+
+    return worst_subgroup(analysis, table) if len(table) else None
+
+
 def subgroup_numbers(table: pd.DataFrame, worst) -> dict[str, str]:
     """The subgroup section's numbers for the prose (chapter 02): ``table`` is a
-    :func:`crsrepro.subgroups.subgroup_table`, ``worst`` its :func:`crsrepro.subgroups.worst_subgroup`."""
+    :func:`crsrepro.subgroups.subgroup_table`, ``worst`` its :func:`worst_subgroups` (``n/a`` when None)."""
     from crsrepro.style import short_name
 
+    numbers = {"n_subgroups": _f(len(table[["dataset", "attribute", "subgroup"]].drop_duplicates())),
+               "n_subgroups_skipped": _f(len(table.attrs.get("skipped", [])))}
+    names = ("worst_auroc_gap", "worst_auroc_who", "worst_auroc_where", "worst_ece_gap", "worst_ece_who",
+             "worst_ece_where", "worst_subgroup_tau", "worst_subgroup_reversed")
+    if worst is None:
+        return numbers | dict.fromkeys(names, "n/a")
     by_auroc, by_ece = worst.per_encoder.sort_values("auroc_gap"), worst.per_encoder.sort_values("ece_gap")
     a, e = by_auroc.iloc[0], by_ece.iloc[-1]
-    return {"n_subgroups": _f(len(table[["dataset", "attribute", "subgroup"]].drop_duplicates())),
-            "n_subgroups_skipped": _f(len(table.attrs.get("skipped", []))),
-            "worst_auroc_gap": _f(float(a["auroc_gap"])), "worst_auroc_who": short_name(by_auroc.index[0]),
-            "worst_auroc_where": f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
-            "worst_ece_gap": _f(float(e["ece_gap"])), "worst_ece_who": short_name(by_ece.index[-1]),
-            "worst_ece_where": f"{e['ece_attribute']} = {e['ece_subgroup']} on {e['ece_dataset']}",
-            "worst_subgroup_tau": _f(worst.agreement.kendall_tau),
-            "worst_subgroup_reversed": _f(int(worst.agreement.reversed_pairs))}
+    values = (_f(float(a["auroc_gap"])), short_name(by_auroc.index[0]),
+              f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
+              _f(float(e["ece_gap"])), short_name(by_ece.index[-1]),
+              f"{e['ece_attribute']} = {e['ece_subgroup']} on {e['ece_dataset']}",
+              _f(worst.agreement.kendall_tau), _f(int(worst.agreement.reversed_pairs)))
+    return numbers | dict(zip(names, values))
+
+
+def worst_subgroup_summary(table: pd.DataFrame, worst):
+    """Per encoder, its largest AUROC drop and largest ECE rise over its subgroups, and where
+    (``worst.per_encoder``); a note naming the skipped subgroups' count when none was scored."""
+    from crsrepro.subgroups import MIN_CASES
+
+    if worst is None:
+        return _admonition("note", "No subgroup scored in this run", _html(
+            f"Every subgroup of this run's test splits has fewer than {MIN_CASES} cases or lacks an outcome "
+            f"({len(table.attrs.get('skipped', []))} skipped); the `demo` and `paper` profiles have enough."))
+    return worst.per_encoder.round(3)
 
 
 def scalars(result, **extra) -> pd.DataFrame:
