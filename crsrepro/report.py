@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crsrepro.errors import CrsreproError
 from crsrepro.profiles import Profile
 
 
@@ -115,7 +114,8 @@ def transfer_table(analysis) -> pd.DataFrame:
     """Transfer AUROC without retraining, one column per (source -> target) pair of the profile (MIMIC-CXR,
     and NIH ChestX-ray14 when the profile names it), beside each source's clean AUROC; seed means of the
     primary protocol, from :attr:`crsrepro.analysis.RunAnalysis.all_runs` (every transfer target,
-    whether or not it enters robustness). A missing cell is ``NaN``, never imputed.
+    whether or not it enters robustness). A missing cell is ``NaN``, never imputed. A note when the
+    profile names no transfer set.
     """
     runs = _primary(analysis.all_runs, condition=None, label_fraction=1.0)
     columns = {}
@@ -125,7 +125,8 @@ def transfer_table(analysis) -> pd.DataFrame:
         for target in targets:
             columns[f"{source} -> {target}"] = on_source[on_source["condition"] == target].groupby("encoder")["auroc"].mean()
     if not columns:
-        raise CrsreproError(f"profile {analysis.profile.name!r} names no transfer set (its key transfer is empty)")
+        return _admonition("note", "No transfer set", _html(f"Profile {analysis.profile.name} names no transfer set "
+                                                             "(its key `transfer` is empty)."))
     table = pd.DataFrame(columns).round(3)
     table.index.name = "encoder"
     return table
