@@ -61,6 +61,16 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     return seconds
 
 
+#: The many-seed profile whose run tells chapter 05 how much a 5-seed bootstrap under-covers, per
+#: profile; a profile without one (smoke, real-mini, paper) shows a note instead.
+COVERAGE_PROFILES = {"demo": "demo-seeds20"}
+
+
+def chapter_parameters(name: str, profile: str) -> dict:
+    """The papermill parameters ``build_book`` passes to chapter ``name`` beside ``profile``."""
+    return {"coverage_profile": COVERAGE_PROFILES.get(profile, "")} if name == "05_crs_bootstrap" else {}
+
+
 def _hide_injected_parameters(path: Path) -> None:
     """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell."""
     import nbformat
@@ -126,7 +136,8 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     frozen = frame_for_book(analysis.profile, analysis.results)
     if frozen:
         print(f"froze the {analysis.profile.name} reference frame to {frozen} (crsrepro freeze-frame)")
-    timings = {name: execute_notebook(name, profile=profile, book_root=book_root, progress=progress)
+    timings = {name: execute_notebook(name, profile=profile, book_root=book_root, progress=progress,
+                                      parameters=chapter_parameters(name, analysis.profile.name))
                for name in list_notebooks(book_root)}
     write_status_page(book_root, profile, timings)
     output = Path(output).absolute() if output else book_root / "book"
