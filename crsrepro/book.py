@@ -24,8 +24,12 @@ GENERATED = Path("book") / "_generated"
 
 
 def list_notebooks(book_root: Path) -> list[str]:
-    """The notebook names (``NN_section``) in ``<book_root>/notebooks``, in chapter order."""
-    return sorted(p.stem for p in (Path(book_root) / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    """The notebook names (``NN_section`` or ``NNb_section``) in ``<book_root>/notebooks``, in chapter order.
+
+    >>> sorted(["06_layer_depth", "05b_sensitivity", "05_crs_bootstrap"])
+    ['05_crs_bootstrap', '05b_sensitivity', '06_layer_depth']
+    """
+    return sorted(p.stem for p in (Path(book_root) / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
 
 
 def _check_book_root(book_root: Path) -> Path:
