@@ -27,7 +27,6 @@ LoRA ranking against the frozen one (chapter 07).
 from __future__ import annotations
 
 import copy
-import io
 import logging
 import time
 from dataclasses import dataclass, field
