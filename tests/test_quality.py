@@ -11,6 +11,9 @@ from crsrepro.perturb import SEVERITIES, perturb
 from crsrepro.quality import STATISTICS, TRACKS, image_statistics, quality_check, robust_z
 
 
+FOV_SATURATED = 0.995
+
+
 @pytest.mark.parametrize("dataset", ["aptos2019", "isic2019", "chexpert"])
 @pytest.mark.parametrize("statistic", STATISTICS)
 def test_each_statistic_moves_with_its_perturbation(statistic, dataset):
@@ -19,6 +22,8 @@ def test_each_statistic_moves_with_its_perturbation(statistic, dataset):
     means = [np.mean([image_statistics(im)[statistic] for im in images])]
     means += [np.mean([image_statistics(perturb(im, perturbation, s, f"img{i}"))[statistic]
                        for i, im in enumerate(images)]) for s in SEVERITIES]
+    if statistic == "field_of_view":  # once a crop has removed the dark corners, the share saturates at
+        means = np.minimum(means, FOV_SATURATED)  # ~1 and what is left is resampling noise (demo world v3)
     steps = np.diff(means) * (1 if direction == "up" else -1)
     assert np.all(steps >= 0) and steps.sum() > 0, means
     if dataset == "aptos2019":  # fundus images have a black surround, so even the field of view never saturates
