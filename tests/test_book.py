@@ -42,12 +42,14 @@ def test_book_builds_on_smoke(smoke_book):
     transfer_drop = clean.xs("chexpert") - full.xs(("chexpert", "mimic_cxr"), level=("dataset", "condition"))
     assert transfer_drop.mean() > 0
 
-    # The notebooks froze the smoke frame; a newcomer is scored against it without moving the panel.
+    # The book froze the smoke frame (its one explicit freezing step); a newcomer is scored against it
+    # without moving the panel.
     frame = smoke_book.checkout / "data_manifests" / "crs_reference_smoke.yaml"
     before = frame.read_bytes()
     scored = subprocess.run([sys.executable, "-m", "crsrepro", "-q", "score", "--encoder", "demo.texture",
                              "--profile", "smoke"], capture_output=True, text=True, cwd=smoke_book.checkout,
-                            env={**os.environ, "CRSREPRO_HOME": str(smoke_book.home)}, timeout=600)
+                            env={**os.environ, "CRSREPRO_HOME": str(smoke_book.home),
+                                 "CRSREPRO_MANIFESTS": str(smoke_book.checkout / "data_manifests")}, timeout=600)
     assert scored.returncode == 0, scored.stderr[-3000:]
     assert "demo.texture" in scored.stdout and "aggregate_crs" in scored.stdout and "rank" in scored.stdout
     assert frame.read_bytes() == before
