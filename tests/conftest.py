@@ -128,3 +128,28 @@ def micro_world(tmp_path_factory) -> MicroWorld:
         patch.setenv("CRSREPRO_HOME", str(root / ".crsrepro"))
         patch.setenv("CRSREPRO_MANIFESTS", str(root / "manifests"))
         yield MicroWorld(root, path)
+
+
+def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool = False):
+    """Run a tiny smoke-derived grid in its own CRSREPRO_HOME and manifest folder and yield its
+    RunAnalysis (optionally with a frozen frame): the shared body of the module-scoped tiny-grid
+    fixtures of the subgroup and operating-point tests."""
+    from crsrepro import grid
+    from crsrepro.analysis import RunAnalysis
+    from crsrepro.profiles import load_profile
+
+    home = tmp_path_factory.mktemp(name)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
+        mp.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
+        profile = load_profile("smoke", overrides=overrides)
+        results = grid.run_grid(profile, progress=False)
+        if freeze:
+            grid.freeze_frame(profile, results)
+        yield RunAnalysis(profile, results)
+
+
+@pytest.fixture(scope="session")
+def tiny_grid():
+    """:func:`tiny_analysis`, for module fixtures (test modules are imported by path, not as a package)."""
+    return tiny_analysis

@@ -7,13 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro import grid
-from crsrepro.analysis import RunAnalysis
 from crsrepro.data import get_spec
 from crsrepro.operating_points import (COLUMNS, OPERATING_POINTS, achieved, choose_threshold, full_label_rowsets,
                                        operating_point_table, operating_points, severity_summary)
 from crsrepro.plots_deployment import sensitivity_vs_severity
-from crsrepro.profiles import load_profile
 from crsrepro.results import ResultStore
 
 matplotlib.use("Agg")
@@ -94,13 +91,8 @@ MICRO = {"datasets": ["chexpert"], "transfer": {"chexpert": "mimic_cxr"},
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    home = tmp_path_factory.mktemp("operating_points")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
-        mp.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
-        profile = load_profile("smoke", overrides=MICRO)
-        yield RunAnalysis(profile, grid.run_grid(profile, progress=False))
+def tiny(tmp_path_factory, tiny_grid):
+    yield from tiny_grid(tmp_path_factory, "operating_points", MICRO)
 
 
 def test_operating_point_table_on_a_tiny_grid(tiny):

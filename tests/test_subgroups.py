@@ -8,13 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro import grid
-from crsrepro.analysis import RunAnalysis
 from crsrepro.crs import aggregate_crs, crs_scores
 from crsrepro.data import prepare_dataset
 from crsrepro.data._common import age_groups, subgroup_columns
 from crsrepro.metrics import macro_auroc
-from crsrepro.profiles import load_profile
 from crsrepro.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
 
 
@@ -89,15 +86,8 @@ MICRO = {"datasets": ["isic2019"], "transfer": {}, "encoders": ["demo.color_hist
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    home = tmp_path_factory.mktemp("subgroups")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
-        mp.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
-        profile = load_profile("smoke", overrides=MICRO)
-        results = grid.run_grid(profile, progress=False)
-        grid.freeze_frame(profile, results)
-        yield RunAnalysis(profile, results)
+def tiny(tmp_path_factory, tiny_grid):
+    yield from tiny_grid(tmp_path_factory, "subgroups", MICRO, freeze=True)
 
 
 def test_test_cases_join_the_dataset_table_in_stored_order(tiny):
