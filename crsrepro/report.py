@@ -259,6 +259,22 @@ def _admonition(kind: str, title: str, body: str):
     return HTML(f'<div class="admonition {kind}"><p class="admonition-title">{title}</p>{body}</div>')
 
 
+def notes_list(notes, *, empty: str = "Nothing."):
+    """Short notes (a list of strings) as an HTML bullet list, ``empty`` when there are none; for the
+    "what was skipped, and why" cells, which would otherwise print a raw, clipped Python list.
+
+    >>> notes_list(["a `b`", "c"]).data
+    '<ul><li>a <code>b</code></li><li>c</li></ul>'
+    >>> notes_list([]).data
+    '<p>Nothing.</p>'
+    """
+    from IPython.display import HTML
+
+    if not notes:
+        return HTML(_html(empty))
+    return HTML("<ul>" + "".join(f"<li>{_html(note)[3:-4]}</li>" for note in notes) + "</ul>")
+
+
 def frame_note(analysis):
     """A warning box when the frozen frame was frozen from other results than the run's, else None
     (a cell that returns None shows nothing); DESIGN.md section 9, issue 9 "freezing is an act"."""
