@@ -51,7 +51,8 @@ def test_encodes_pil_images_deterministically(encoder_id, pil_images):
     second = build(encoder_id).encode_images(pil_images, batch_size=2)
     assert first.shape == (len(pil_images), spec.embed_dim) and first.dtype == np.float32
     assert np.isfinite(first).all()
-    np.testing.assert_allclose(first, second, rtol=1e-5, atol=1e-6)  # rebuilt, other batching: same
+    # rebuilt, other batching: the same up to float32 summation order (pixel PCA: 1,728-term dot products)
+    np.testing.assert_allclose(first, second, rtol=1e-5, atol=1e-5)
     assert np.ptp(first, axis=0).max() > 0  # the images are told apart
 
 
