@@ -425,12 +425,16 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
     if notebook == "03_label_efficiency":
         toy = toy_retention_vs_aulc()
         corr = analysis.aulc_vs_retention.correlations
+        cells = analysis.cell_means
         return {"toy_aulc_a": _f(toy.loc["A", "AULC"]), "toy_aulc_b": _f(toy.loc["B", "AULC"]),
                 "toy_retention_a": _f(toy.loc["A", "retention"]), "toy_retention_b": _f(toy.loc["B", "retention"]),
                 "aulc_rho_encoder": _f(corr.loc["aulc", "encoder"]), "aulc_rho_cell": _f(corr.loc["aulc", "cell"]),
                 "retention_rho_encoder": _f(corr.loc["retention", "encoder"]),
                 "retention_rho_cell": _f(corr.loc["retention", "cell"]),
-                "smallest_fraction": _pct(min(p.label_fractions))}
+                "smallest_fraction": _pct(min(p.label_fractions)),
+                "retention_min": _f(cells["retention"].min()), "retention_max": _f(cells["retention"].max()),
+                "retention_chance_low": _f(0.5 / cells["auroc"].max()),
+                "retention_chance_high": _f(0.5 / cells["auroc"].min())}
     if notebook == "04_robustness":
         degradation, welch = analysis.degradation, analysis.transfer_test()
         worst = degradation.cells["peak_ece_rise"].idxmax()
@@ -454,6 +458,7 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
                 "crs_min": _f(scores["crs"].min()), "crs_max": _f(scores["crs"].max()),
                 "share_clipped": _pct(np.isin(normalised, (0.0, 1.0)).mean()),
                 "share_zero": _pct((normalised == 0.0).mean()),
+                "share_no_dominance": _pct((scores["pareto"] == 0.0).mean()),
                 "crs_leader": short_name(leader), "crs_leader_value": _f(aggregate["crs"].iloc[0]),
                 "crs_leader_auroc_rank": _f(int(aggregate["rank_auroc"].iloc[0])),
                 "kendall_tau": _f(agreement.kendall_tau), "reversed_pairs": _f(int(agreement.reversed_pairs)),
