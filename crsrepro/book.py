@@ -4,11 +4,19 @@ The notebooks in ``notebooks/`` are thin and output-free. papermill executes the
 into ``book/_generated/`` (git-ignored), and Jupyter Book renders the HTML with notebook execution
 off, since papermill already ran them. A status page records what ran, for which profile, how long it
 took, and from which commit.
+
+A rebuild re-executes only the chapters whose inputs changed (issue 18): each executed copy records
+the key of its inputs (:func:`execution_inputs`: the notebook, its parameters, the profile and the
+digest of its results, the manifests and frames, every file of the package, the package versions), and
+:func:`build_book` reuses a copy whose key still matches. Editing one chapter's prose re-executes that
+chapter; changing any code, result or frame re-executes all of them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import hashlib
 import logging
 import subprocess
 import sys
@@ -16,6 +24,7 @@ import time
 from pathlib import Path
 
 from crsrepro.errors import CrsreproError
+from crsrepro.io import PACKAGE_ROOT, content_key, manifest_dir, sha256_file
 from crsrepro.results import git_hash
 
 log = logging.getLogger(__name__)
@@ -40,29 +49,90 @@ def _check_book_root(book_root: Path) -> Path:
     return book_root
 
 
-def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
-                     progress: bool = True) -> float:
-    """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/``; return seconds taken.
-
-    The notebook runs with ``book_root`` as its working directory, so relative profile paths
-    (``.crsrepro/...``, ``data_manifests/``) resolve as they do for the CLI.
-    """
-    import papermill as pm
-
-    book_root = _check_book_root(book_root)
+def _source(book_root: Path, name: str) -> Path:
     source = book_root / "notebooks" / f"{name}.ipynb"
     if not source.is_file():
         raise CrsreproError(f"no notebook {name!r}: expected {source} "
                             f"(available: {', '.join(list_notebooks(book_root))})")
+    return source
+
+
+def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
+                     progress: bool = True, inputs_key: str | None = None) -> float:
+    """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/``; return seconds taken.
+
+    The notebook runs with ``book_root`` as its working directory, so relative profile paths
+    (``.crsrepro/...``, ``data_manifests/``) resolve as they do for the CLI. ``inputs_key`` (from
+    :func:`execution_inputs`) is recorded in the executed copy's metadata, with the seconds taken, so that
+    a later build can reuse it (:func:`reusable_seconds`).
+    """
+    import papermill as pm
+
+    book_root = _check_book_root(book_root)
+    source = _source(book_root, name)
     target = book_root / GENERATED / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
                         cwd=str(book_root), kernel_name="python3", progress_bar=progress)
     seconds = time.perf_counter() - start
-    _hide_injected_parameters(target)
+    _finish_executed_copy(target, {"inputs": inputs_key, "seconds": round(seconds, 1),
+                                   "executed_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"})
     log.info("executed %s in %.1f s -> %s", name, seconds, target)
     return seconds
+
+
+def _package_digest() -> str:
+    """The SHA-256 over every file of the crsrepro package (code, profiles, spaces, demo weights)."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in PACKAGE_ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(f"{path.relative_to(PACKAGE_ROOT).as_posix()}:{sha256_file(path)}\n".encode())
+    return digest.hexdigest()
+
+
+def _profile_inputs(profile_name: str) -> dict:
+    """A profile's fingerprint and the digest of its merged results (None before its first run)."""
+    from crsrepro.profiles import load_profile
+    from crsrepro.results import ResultStore
+
+    profile = load_profile(profile_name)
+    digest = ResultStore(profile.output_path).merged_path
+    digest = digest.with_name(digest.name + ".sha256")
+    return {"fingerprint": profile.fingerprint(), "results": digest.read_text() if digest.is_file() else None}
+
+
+def execution_inputs(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None) -> dict:
+    """Everything an executed chapter's outputs depend on [ours: a conservative list].
+
+    The notebook's bytes and its parameters; the fingerprint and the results digest of ``profile`` and of
+    every profile a ``*_profile`` parameter names (chapter 05's coverage run); every file in the manifest
+    folder (split manifests, frozen frames, the claims ledger); every file of the package; the Python and
+    package versions. :func:`~crsrepro.io.content_key` of this dict is the key a build compares.
+    """
+    parameters = dict(parameters or {})
+    book_root = _check_book_root(book_root)
+    profiles = [profile] + [value for key, value in sorted(parameters.items()) if key.endswith("_profile") and value]
+    manifests = manifest_dir()
+    return {
+        "notebook": sha256_file(_source(book_root, name)),
+        "parameters": parameters,
+        "profiles": {p: _profile_inputs(p) for p in profiles},
+        "manifests": {f.name: sha256_file(f) for f in sorted(manifests.glob("*")) if f.is_file()},
+        "package": _package_digest(),
+        "versions": {"python": sys.version.split()[0], **package_versions()},
+    }
+
+
+def reusable_seconds(name: str, inputs_key: str, *, book_root: Path = Path(".")) -> float | None:
+    """The recorded execution time of ``book/_generated/<name>.ipynb`` if it was executed from inputs with
+    this key (so re-executing it would give the same page), else None."""
+    import nbformat
+
+    target = Path(book_root) / GENERATED / f"{name}.ipynb"
+    if not target.is_file():
+        return None
+    record = nbformat.read(target, as_version=4).metadata.get("crsrepro", {})
+    return record.get("seconds") if record.get("inputs") == inputs_key else None
 
 
 #: The many-seed profile whose run tells chapter 05 how much a 5-seed bootstrap under-covers, per
@@ -75,8 +145,9 @@ def chapter_parameters(name: str, profile: str) -> dict:
     return {"coverage_profile": COVERAGE_PROFILES.get(profile, "")} if name == "05_crs_bootstrap" else {}
 
 
-def _hide_injected_parameters(path: Path) -> None:
-    """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell."""
+def _finish_executed_copy(path: Path, record: dict) -> None:
+    """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell, and
+    record how it was executed (``metadata.crsrepro``: inputs key, seconds, time)."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
@@ -84,6 +155,7 @@ def _hide_injected_parameters(path: Path) -> None:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "hide-input" not in tags:
             tags.append("hide-input")
+    notebook.metadata["crsrepro"] = record
     nbformat.write(notebook, path)
 
 
@@ -104,18 +176,33 @@ def package_versions(names=STATUS_PACKAGES) -> dict[str, str]:
     return versions
 
 
-def write_status_page(book_root: Path, profile: str, timings: dict[str, float]) -> Path:
-    """Write ``book/_generated/status.md``: per chapter its execution time and profile, then the commit
-    and the versions of the packages that produced the numbers (DESIGN.md section 12)."""
-    chapters = "\n".join(f"| {name} | `{profile}` | {seconds:.1f} |" for name, seconds in timings.items())
+@dataclasses.dataclass(frozen=True)
+class ChapterRun:
+    """How a build got one chapter: the seconds its execution took, and whether this build reused an
+    executed copy whose inputs had not changed (then ``seconds`` is that earlier execution's)."""
+
+    seconds: float
+    reused: bool = False
+
+
+def write_status_page(book_root: Path, profile: str, timings: dict[str, "ChapterRun | float"]) -> Path:
+    """Write ``book/_generated/status.md``: per chapter its execution time, profile and whether this build
+    executed it, then the commit and the versions of the packages that produced the numbers (DESIGN.md
+    section 12)."""
+    timings = {name: run if isinstance(run, ChapterRun) else ChapterRun(float(run)) for name, run in timings.items()}
+    chapters = "\n".join(f"| {name} | `{profile}` | {run.seconds:.1f} | "
+                         f"{'reused (inputs unchanged)' if run.reused else 'executed'} |" for name, run in timings.items())
     versions = "\n".join(f"| {name} | {v} |" for name, v in
                          {"python": sys.version.split()[0], **package_versions()}.items())
     text = (
         "# Build status\n\n"
         f"Built on {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC for profile `{profile}`.\n\n"
         "Every chapter is a notebook executed by papermill before the book was rendered.\n\n"
-        "| chapter | profile | execution time (s) |\n|---|---|---|\n"
-        f"{chapters}\n| **total** | | {sum(timings.values()):.1f} |\n\n"
+        "A chapter whose inputs (notebook, parameters, results, frames, package code and versions) are unchanged\n"
+        "since its last execution is reused rather than executed again.\n\n"
+        "| chapter | profile | execution time (s) | this build |\n|---|---|---|---|\n"
+        f"{chapters}\n| **total** | | {sum(r.seconds for r in timings.values()):.1f} | "
+        f"{sum(not r.reused for r in timings.values())} executed |\n\n"
         "## Software\n\n"
         f"Git commit: `{git_hash(book_root)}`\n\n"
         "| package | version |\n|---|---|\n"
@@ -140,9 +227,20 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     frozen = frame_for_book(analysis.profile, analysis.results)
     if frozen:
         print(f"froze the {analysis.profile.name} reference frame to {frozen} (crsrepro freeze-frame)")
-    timings = {name: execute_notebook(name, profile=profile, book_root=book_root, progress=progress,
-                                      parameters=chapter_parameters(name, analysis.profile.name))
-               for name in list_notebooks(book_root)}
+    coverage = COVERAGE_PROFILES.get(analysis.profile.name)
+    if coverage:  # before the chapters, so that their inputs (its results digest) are settled
+        RunAnalysis.load(coverage, run=True, progress=progress)
+    timings = {}
+    for name in list_notebooks(book_root):
+        parameters = chapter_parameters(name, analysis.profile.name)
+        key = content_key(**execution_inputs(name, profile=profile, book_root=book_root, parameters=parameters))
+        seconds = reusable_seconds(name, key, book_root=book_root)
+        if seconds is not None:
+            log.info("reused %s: its inputs are unchanged", name)
+            timings[name] = ChapterRun(seconds, reused=True)
+        else:
+            timings[name] = ChapterRun(execute_notebook(name, profile=profile, book_root=book_root, progress=progress,
+                                                        parameters=parameters, inputs_key=key))
     write_status_page(book_root, profile, timings)
     output = Path(output).absolute() if output else book_root / "book"
     jupyter_book = Path(sys.executable).parent / "jupyter-book"

@@ -1,0 +1,72 @@
+"""A rebuild re-executes only the chapters whose inputs changed (issue 18): the inputs key of
+``crsrepro.book.execution_inputs`` and the record each executed copy keeps."""
+
+import json
+
+import pytest
+
+from crsrepro import book
+from crsrepro.io import content_key
+
+
+def _notebook(source: str) -> dict:
+    return {"cells": [{"cell_type": "code", "execution_count": None, "id": "params", "metadata": {"tags": ["parameters"]},
+                       "outputs": [], "source": ['profile = "smoke"']},
+                      {"cell_type": "code", "execution_count": None, "id": "body", "metadata": {}, "outputs": [],
+                       "source": [source]}],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5}
+
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A minimal book root with one chapter, its own CRSREPRO_HOME and manifest folder."""
+    (tmp_path / "_config.yml").write_text("title: test\n")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01_x.ipynb").write_text(json.dumps(_notebook("print(profile)")))
+    (tmp_path / "data_manifests").mkdir()
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "data_manifests"))
+    return tmp_path
+
+
+def _key(checkout, **parameters) -> str:
+    return content_key(**book.execution_inputs("01_x", profile="smoke", book_root=checkout, parameters=parameters))
+
+
+def test_the_key_changes_with_each_input_and_only_then(checkout):
+    key = _key(checkout)
+    assert _key(checkout) == key
+    assert _key(checkout, coverage_profile="") != key                    # another parameter
+    (checkout / "data_manifests" / "crs_reference_smoke.yaml").write_text("frame\n")
+    assert _key(checkout) != key                                         # a frame appeared
+    key = _key(checkout)
+    (checkout / "notebooks" / "01_x.ipynb").write_text(json.dumps(_notebook("print(profile, 1)")))
+    assert _key(checkout) != key                                         # the prose or code of the chapter
+    key = _key(checkout)
+    from crsrepro.profiles import load_profile
+    from crsrepro.results import ResultStore
+    merged = ResultStore(load_profile("smoke").output_path).merged_path
+    merged.parent.mkdir(parents=True)
+    merged.with_name(merged.name + ".sha256").write_text('{"sha256": "abc"}')
+    assert _key(checkout) != key                                         # the profile's results
+    assert "package" in book.execution_inputs("01_x", profile="smoke", book_root=checkout)
+
+
+def test_an_executed_copy_is_reused_only_under_the_same_key(checkout):
+    key = _key(checkout)
+    assert book.reusable_seconds("01_x", key, book_root=checkout) is None   # never executed
+    seconds = book.execute_notebook("01_x", profile="smoke", book_root=checkout, progress=False, inputs_key=key)
+    assert book.reusable_seconds("01_x", key, book_root=checkout) == round(seconds, 1)
+    assert book.reusable_seconds("01_x", "another key", book_root=checkout) is None
+    # `crsrepro notebook` executes without a key: such a copy is never reused by a build
+    book.execute_notebook("01_x", profile="smoke", book_root=checkout, progress=False)
+    assert book.reusable_seconds("01_x", key, book_root=checkout) is None
+
+
+def test_the_status_page_says_which_chapters_this_build_executed(checkout):
+    path = book.write_status_page(checkout, "smoke", {"01_x": book.ChapterRun(12.0, reused=True),
+                                                      "02_y": book.ChapterRun(3.5)})
+    text = path.read_text()
+    assert "| 01_x | `smoke` | 12.0 | reused (inputs unchanged) |" in text
+    assert "| 02_y | `smoke` | 3.5 | executed |" in text and "1 executed" in text
