@@ -214,6 +214,39 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, "Chapter
     return path
 
 
+def _depth_task(profile, pair: tuple[str, str]) -> None:
+    from crsrepro.depth import sweep
+
+    sweep(profile, pairs=[pair])
+
+
+def _lora_task(profile, cell: tuple[str, str]) -> None:
+    from crsrepro.lora import lora_grid
+
+    lora_grid(profile, cells=[cell])
+
+
+def precompute_depth_and_lora(profile, *, executor: str = "local", workers: int | None = None,
+                              progress: bool = True) -> None:
+    """Run the depth sweep and the LoRA grid of ``profile`` as keyed tasks on the cores (issue 18).
+
+    Chapters 06 and 07, and every chapter's "paper vs this run" box (through the claims page's
+    measurements), read both; computed inside the first chapter that asks, they ran on one core while
+    the other idled. Here each (encoder, dataset) pair of the sweep and each cell of the LoRA grid is one
+    task (:mod:`crsrepro.executor`) that writes its row-sets, so the chapters only merge them. A task
+    holds the GPU when the profile extracts on one.
+    """
+    from crsrepro.depth import default_pairs
+    from crsrepro.executor import Task, execute
+    from crsrepro.lora import default_cells
+
+    gpu = profile.features.device != "cpu"
+    tasks = [Task(f"lora:{e}:{d}", _lora_task, (profile, (e, d)), gpu=gpu) for e, d in default_cells(profile)]
+    tasks += [Task(f"depth:{e}:{d}", _depth_task, (profile, (e, d)), gpu=gpu) for e, d in default_pairs(profile)]
+    log.info("depth and LoRA: %d tasks", len(tasks))
+    execute(tasks, executor=executor, workers=workers, progress=progress, description="depth and LoRA")
+
+
 def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Path | None = None,
                progress: bool = True) -> Path:
     """Run the grid where needed, freeze a demo-world profile's frame if it has none (the one explicit
@@ -230,6 +263,7 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     coverage = COVERAGE_PROFILES.get(analysis.profile.name)
     if coverage:  # before the chapters, so that their inputs (its results digest) are settled
         RunAnalysis.load(coverage, run=True, progress=progress)
+    precompute_depth_and_lora(analysis.profile, progress=progress)
     timings = {}
     for name in list_notebooks(book_root):
         parameters = chapter_parameters(name, analysis.profile.name)

@@ -354,6 +354,20 @@ def score(fine: FineTuned, profile: Profile, view, seed: int, label_fraction: fl
 
 # --------------------------------------------------------------------------- the LoRA grid
 
+def default_cells(profile: Profile | str) -> list[tuple[str, str]]:
+    """The (encoder, dataset) cells :func:`lora_grid` fine-tunes by default: the profile's cells of the
+    LoRA-adaptable encoders (:func:`adaptable`) that its :data:`PLANS` entry does not exclude."""
+    from crsrepro.grid import _as_profile
+    from crsrepro.grid import cells as grid_cells
+
+    profile = _as_profile(profile)
+    plan = PLANS.get(profile.name, PLANS["demo"])
+    encoders = [e for e in adaptable(profile.encoders) if e not in plan.exclude]
+    log.info("lora: the cells of %s; left out: %s (not adaptable or excluded by the plan)",
+             encoders, sorted(set(profile.encoders) - set(encoders)))
+    return grid_cells(profile, encoders)
+
+
 def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = None, seeds: list[int] | None = None,
               fractions: list[float] | None = None, epochs: int | None = None, output_dir: Path | None = None,
               manifest_dir: Path | None = None, progress: bool = False, **options) -> pd.DataFrame:
@@ -365,15 +379,10 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
     """
     from crsrepro.encoders import create_encoder
     from crsrepro.grid import _as_profile, _case_arrays, _prepare
-    from crsrepro.grid import cells as grid_cells
 
     profile = _as_profile(profile)
     plan = PLANS.get(profile.name, PLANS["demo"])
-    if cells is None:
-        encoders = [e for e in adaptable(profile.encoders) if e not in plan.exclude]
-        cells = grid_cells(profile, encoders)
-        log.info("lora: %d cells of %s; left out: %s (not adaptable or excluded by the plan)", len(cells),
-                 encoders, sorted(set(profile.encoders) - set(encoders)))
+    cells = default_cells(profile) if cells is None else cells
     seeds = list(seeds or profile.seeds[:plan.n_seeds])
     fractions = list(fractions or [f for f in plan.fractions if f in profile.label_fractions])
     epochs = epochs or plan.epochs

@@ -70,3 +70,29 @@ def test_the_status_page_says_which_chapters_this_build_executed(checkout):
     text = path.read_text()
     assert "| 01_x | `smoke` | 12.0 | reused (inputs unchanged) |" in text
     assert "| 02_y | `smoke` | 3.5 | executed |" in text and "1 executed" in text
+
+
+@pytest.mark.slow
+def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, monkeypatch):
+    """The book's precompute step writes every row-set of the depth sweep and the LoRA grid, so that
+    the chapters' own calls (``RunAnalysis.depth``, ``.lora_results``) compute nothing."""
+    from crsrepro import depth, lora
+    from crsrepro.encoders import get_spec
+    from crsrepro.profiles import load_profile
+
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
+                                               "perturbations": ["jpeg"], "control_probes": {"probes": []},
+                                               "encoders": ["demo.random_cnn", "demo.color_histogram"], "seeds": [0]})
+    assert lora.default_cells(profile) == depth.default_pairs(profile) == [("demo.random_cnn", "aptos2019")]
+    book.precompute_depth_and_lora(profile, executor="serial", progress=False)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the chapter recomputed what the precompute step wrote")
+
+    monkeypatch.setattr(lora, "finetune", refuse)
+    monkeypatch.setattr(depth, "_unit_rows", refuse)
+    assert set(depth.sweep(profile)["layer"]) == set(depth.taps(get_spec("demo.random_cnn")))
+    assert set(lora.lora_grid(profile)["regime"]) == {"lora"}
