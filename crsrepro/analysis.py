@@ -334,9 +334,35 @@ class RunAnalysis:
     @cached_property
     def claims(self) -> pd.DataFrame:
         """The claims table: the paper's numbers beside this run's (:func:`crsrepro.claims.claims_table`),
-        with the multiverse share of the claims that depend on an [ours] choice of the CRS."""
+        with the multiverse share of the claims that depend on an [ours] choice of the CRS.
+
+        Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim
+        takes minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run
+        from the grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :meth:`claims_key`: the
+        first chapter computes it, the others read it.
+        """
         from crsrepro.claims import claims_table, load_claims
+        from crsrepro.io import atomic_write
         from crsrepro.measurements import multiverse_shares
 
-        return claims_table(load_claims(), self.measurements, profile_name=self.profile.name,
-                            multiverse=multiverse_shares(self.multiverse))
+        key = self.claims_key()
+        path = Path(self.profile.output_path) / "claims" / f"{key}.pkl" if key else None
+        if path is not None and path.is_file():
+            return pd.read_pickle(path)
+        table = claims_table(load_claims(), self.measurements, profile_name=self.profile.name,
+                             multiverse=multiverse_shares(self.multiverse))
+        if path is not None:
+            atomic_write(path, lambda f: table.to_pickle(f))
+        return table
+
+    def claims_key(self) -> str | None:
+        """The key of the cached claims table: the row-sets of the results (:attr:`results_hash`), the
+        profile's fingerprint, every file in the manifest folder (frozen frame, splits, the claims ledger),
+        every file of the package and the resampling seed. None for a table built by hand (no row-sets):
+        such a table is never cached."""
+        from crsrepro.io import folder_digest, manifest_dir, package_digest
+
+        if "rowset" not in self.results.columns and not self.results.attrs.get("keys_hash"):
+            return None
+        return content_key(results=self.results_hash, profile=self.profile.fingerprint(), rng=self.rng,
+                           manifests=folder_digest(manifest_dir(self.manifest_dir)), package=package_digest())

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import logging
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 from crsrepro.errors import CrsreproError
-from crsrepro.io import PACKAGE_ROOT, content_key, manifest_dir, sha256_file
+from crsrepro.io import content_key, manifest_dir, package_digest, sha256_file
 from crsrepro.results import git_hash
 
 log = logging.getLogger(__name__)
@@ -82,14 +81,6 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     return seconds
 
 
-def _package_digest() -> str:
-    """The SHA-256 over every file of the crsrepro package (code, profiles, spaces, demo weights)."""
-    digest = hashlib.sha256()
-    for path in sorted(p for p in PACKAGE_ROOT.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(f"{path.relative_to(PACKAGE_ROOT).as_posix()}:{sha256_file(path)}\n".encode())
-    return digest.hexdigest()
-
-
 def _profile_inputs(profile_name: str) -> dict:
     """A profile's fingerprint and the digest of its merged results (None before its first run)."""
     from crsrepro.profiles import load_profile
@@ -118,7 +109,7 @@ def execution_inputs(name: str, *, profile: str, book_root: Path = Path("."), pa
         "parameters": parameters,
         "profiles": {p: _profile_inputs(p) for p in profiles},
         "manifests": {f.name: sha256_file(f) for f in sorted(manifests.glob("*")) if f.is_file()},
-        "package": _package_digest(),
+        "package": package_digest(),
         "versions": {"python": sys.version.split()[0], **package_versions()},
     }
 

@@ -51,6 +51,23 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def folder_digest(path: str | os.PathLike, *, exclude: tuple[str, ...] = ("__pycache__",)) -> str:
+    """The SHA-256 over the relative names and :func:`sha256_file` of every file under ``path`` (sorted),
+    skipping folders named in ``exclude``; the digest of a missing folder is that of an empty one."""
+    root = Path(path)
+    digest = hashlib.sha256()
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not set(exclude) & set(p.relative_to(root).parts))
+    for file in files:
+        digest.update(f"{file.relative_to(root).as_posix()}:{sha256_file(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def package_digest() -> str:
+    """:func:`folder_digest` of the installed crsrepro package (code, profiles, spaces, demo weights): what
+    a cache of an analysis keys on, beside its inputs, so that no cached page survives a code change."""
+    return folder_digest(PACKAGE_ROOT)
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | Callable) -> Path:
     """Write ``data`` (bytes, or a function that writes to a binary file object) to ``path`` atomically.
 

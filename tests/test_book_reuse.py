@@ -80,7 +80,7 @@ def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, mon
     from crsrepro.encoders import get_spec
     from crsrepro.profiles import load_profile
 
-    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
     (tmp_path / "manifests").mkdir()
     profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
@@ -96,3 +96,45 @@ def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, mon
     monkeypatch.setattr(depth, "_unit_rows", refuse)
     assert set(depth.sweep(profile)["layer"]) == set(depth.taps(get_spec("demo.random_cnn")))
     assert set(lora.lora_grid(profile)["regime"]) == {"lora"}
+
+
+def test_the_claims_table_of_a_run_is_computed_once_and_read_by_the_other_chapters(tmp_path, monkeypatch):
+    import pandas as pd
+
+    import crsrepro.claims
+    import crsrepro.measurements
+    from crsrepro.analysis import RunAnalysis
+
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    calls = []
+
+    def claims_table(*args, **kwargs):
+        calls.append(1)
+        return pd.DataFrame({"id": ["a"], "status": ["measured"]})
+
+    monkeypatch.setattr(crsrepro.claims, "claims_table", claims_table)
+    monkeypatch.setattr(crsrepro.measurements, "multiverse_shares", lambda table: {})
+
+    def analysis(results, rng=0):
+        a = RunAnalysis("smoke", results, rng=rng)
+        a.__dict__.update(measurements={}, multiverse=None)  # what the claims need, without measuring
+        return a
+
+    run = pd.DataFrame({"rowset": ["k1", "k2"], "value": [0.1, 0.2]})
+    first = analysis(run).claims
+    assert len(calls) == 1 and len(list((tmp_path / ".crsrepro").rglob("claims/*.pkl"))) == 1
+    pd.testing.assert_frame_equal(analysis(run).claims, first)              # another chapter's kernel: read
+    assert len(calls) == 1
+    analysis(run, rng=1).claims                                              # another input: computed
+    analysis(run.assign(rowset=["k1", "k3"])).claims
+    assert len(calls) == 3
+    (tmp_path / "manifests" / "crs_reference_smoke.yaml").write_text("frame\n")   # a (re)frozen frame
+    analysis(run).claims
+    assert len(calls) == 4
+    by_hand = pd.DataFrame({"value": [0.1]})                                  # no row-sets: never cached
+    assert analysis(by_hand).claims_key() is None
+    analysis(by_hand).claims
+    analysis(by_hand).claims
+    assert len(calls) == 6
