@@ -98,21 +98,6 @@ def _tap_features(feats_by_layer: dict, layer: str) -> dict:
             for name, value in feats_by_layer.items()}
 
 
-def _extract(profile: Profile, encoder, requests: dict, layers: list[str], progress: bool) -> dict:
-    """Every request's features at every tap, from one forward pass (and the feature cache)."""
-    from crsrepro.features import extract_features
-
-    out = {}
-    for name, r in requests.items():
-        arrays = extract_features(encoder, r.images, dataset=r.dataset, images_key=r.images_key,
-                                  conditions=r.conditions, layers=tuple(layers), cache_dir=profile.feature_cache_path,
-                                  canonical_size=r.canonical_size, batch_size=profile.features.batch_size,
-                                  num_workers=profile.features.num_workers, progress=progress)
-        by_condition = {c: {layer: arrays[(c, layer)] for layer in layers} for c in r.conditions}
-        out[name] = by_condition if name == "test" else by_condition[CLEAN]
-    return out
-
-
 def _tap_keys(encoder, requests: dict, layer: str) -> dict[str, dict[str, str]]:
     """The grid's ``{request: {condition: feature key}}`` for one tap."""
     from crsrepro.features import feature_keys
@@ -167,7 +152,7 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
     import torch
 
     from crsrepro.encoders import create_encoder, get_spec
-    from crsrepro.grid import _as_profile, _feature_requests, _prepare, _Unit
+    from crsrepro.grid import _as_profile, _feature_requests, _features, _prepare, _Unit
 
     profile = _as_profile(profile)
     pairs = default_pairs(profile) if pairs is None else list(pairs)
@@ -199,7 +184,7 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
                     todo.append((layer, unit, key))
         if not todo:
             continue
-        feats = _extract(profile, encoder, requests, layers, progress)
+        feats = _features(profile, encoder, requests, progress, layers=tuple(layers))
         threads = torch.get_num_threads()
         torch.set_num_threads(profile.probe.num_threads)
         try:

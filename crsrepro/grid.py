@@ -261,18 +261,21 @@ def degraded_image_cache(profile: Profile) -> Path:
     return profile.feature_cache_path.parent / "degraded_images"
 
 
-def _features(profile: Profile, encoder, requests: dict[str, _FeatureRequest], progress: bool) -> dict:
-    """``{"pool": array, "test": {condition: array}, <transfer>: array}`` of final-layer features."""
+def _features(profile: Profile, encoder, requests: dict[str, _FeatureRequest], progress: bool,
+              layers: tuple[str, ...] = ("final",)) -> dict:
+    """``{"pool": {layer: X}, "test": {condition: {layer: X}}, <transfer>: {layer: X}}`` at ``layers``, from
+    one forward pass per image and the feature cache; the test images are degraded once for every
+    encoder (the degraded-image cache). The grid's extraction tasks and the depth sweep both call it."""
     from crsrepro.features import extract_features
 
     out = {}
     for name, r in requests.items():
         arrays = extract_features(encoder, r.images, dataset=r.dataset, images_key=r.images_key,
-                                  conditions=r.conditions, layers=("final",), cache_dir=profile.feature_cache_path,
+                                  conditions=r.conditions, layers=tuple(layers), cache_dir=profile.feature_cache_path,
                                   canonical_size=r.canonical_size, batch_size=profile.features.batch_size,
                                   num_workers=profile.features.num_workers, progress=progress,
                                   image_cache_dir=degraded_image_cache(profile) if name == "test" else None)
-        by_condition = {c: arrays[(c, "final")] for c in r.conditions}
+        by_condition = {c: {layer: arrays[(c, layer)] for layer in layers} for c in r.conditions}
         out[name] = by_condition if name == "test" else by_condition[CLEAN]
     return out
 
