@@ -5,13 +5,15 @@ layers often do better (5 of 8 sweeps; RAD-DINO best near 50 % depth, DINOv2 at 
 measures that on a profile's (encoder, dataset) *pairs*.
 
 For each pair and seed, the linear probe of the run grid (:class:`crsrepro.grid._Unit`: the seed's own
-train / val split, its label subsets, the same C selection and recalibrators) is fitted on the
+train / val split, its label subsets and the same C selection) is fitted on the
 features of each depth tap, all taken in the forward pass that gives the ``final`` features and cached
 like them (:func:`crsrepro.features.extract_features`). Its rows go, in the tidy schema of
 :mod:`crsrepro.results` with ``layer`` set to the tap, to a separate :class:`~crsrepro.results.ResultStore`
 at ``<output_dir>/depth/``; each row-set's key is the grid unit's key (which names the tap's feature
 keys) wrapped with the stage and the layer. Besides the grid's metrics, the clean rows carry
 ``val_auroc``: the probe's AUROC on the seed's val split, the only number a depth may be *chosen* on.
+The sweep scores no recalibrator [ours]: the four dimensions use the probe's own probabilities, and the
+recalibrators (with their cross-validated choice inside val) were most of its CPU time.
 
 The taps: ``depth25/50/75`` and ``depth100`` (the last block's tokens, pooled like the other depth
 taps: the like-for-like 100 % point). An encoder without a ``depth100`` tap (the demo networks, whose
@@ -114,7 +116,7 @@ def _unit_rows(unit, feats: dict, layer: str) -> pd.DataFrame:
 
     rows, cases = [], {}
     for fraction, probe in unit._fit(feats).items():
-        scored = unit._scored(fraction, probe, feats, cases)
+        scored = unit._scored(fraction, probe, feats, cases, recalibrate=False)
         val = _score(unit.view.task, unit.val.labels, probe.predict_proba(feats["pool"][unit.val_rows]))["auroc"]
         clean = next(r for r in scored if r["condition"] == CLEAN and r["recalibrator"] == NO_RECALIBRATION)
         rows += scored + [{**clean, "metric": "val_auroc", "value": float(val)}]
@@ -178,7 +180,8 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
         for layer in layers:
             tap_keys = _tap_keys(encoder, requests, layer)
             for unit in units:
-                key = content_key(stage=STAGE, layer=layer, unit=unit.key(tap_keys), metrics=["val_auroc"])
+                key = content_key(stage=STAGE, layer=layer, unit=unit.key(tap_keys), metrics=["val_auroc"],
+                                  recalibrators=[])
                 keys.append(key)
                 if not store.has(key):
                     todo.append((layer, unit, key))

@@ -379,7 +379,9 @@ class _Unit:
         transfer = self._transfer(condition)
         return probs[:, transfer.columns] if transfer else probs
 
-    def _scored(self, fraction: float, probe, feats: dict, cases: dict) -> list[dict]:
+    def _scored(self, fraction: float, probe, feats: dict, cases: dict, *, recalibrate: bool = True) -> list[dict]:
+        """The rows of one fitted probe under every condition; for the full-label linear probe also the
+        per-case store's arrays and, with ``recalibrate``, the recalibrated rows (the depth sweep has none)."""
         base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
                     label_fraction=float(fraction), probe=self.probe, layer="final", regime="frozen",
                     probe_C=float(getattr(probe, "C_", np.nan)), converged=bool(getattr(probe, "converged_", True)),
@@ -395,7 +397,8 @@ class _Unit:
             cases.update({f"probs|{c}|{NO_RECALIBRATION}": self._probs(p, c) for c, p in test_probs.items()})
             cases.update({f"probs|val|{NO_RECALIBRATION}": val_probs, "labels|val": self.val.labels,
                           "image_id|val": self.val.images["image_id"].to_numpy(dtype=str)})
-            rows += self._recalibrated(base, val_probs, test_probs, cases)
+            if recalibrate:
+                rows += self._recalibrated(base, val_probs, test_probs, cases)
         return rows
 
     def _fit(self, feats: dict) -> dict:

@@ -38,6 +38,7 @@ def test_sweep_writes_each_tap_in_the_tidy_schema(tiny):
     merged = pd.read_parquet(ResultStore(profile.output_path / "depth").merged_path)
     assert list(merged.columns) == COLUMNS and set(merged["regime"]) == {"frozen"}
     assert set(merged["metric"]) >= {"auroc", "ece", "val_auroc"}
+    assert set(merged["recalibrator"]) == {"none"}  # the sweep scores no recalibrator
     # the taps give different numbers: each layer's features were really used
     assert table.groupby("layer")["auroc"].mean().nunique() == 4
 
