@@ -318,6 +318,15 @@ def paper_vs_run(analysis, notebook: str):
     return _admonition(kind, f"Paper vs this run (profile {analysis.profile.name})", body)
 
 
+def crs_table(analysis) -> pd.DataFrame:
+    """Chapter 05's per-cell table: the four normalised dimensions and the CRS with its three terms, by
+    (encoder, dataset), rounded to 3 digits (the raw dimensions are in chapters 01-04)."""
+    from crsrepro.crs import NORMALISED
+
+    columns = [*NORMALISED, "pareto", "proximity", "worst", "crs"]
+    return analysis.scores.set_index(["encoder", "dataset"])[columns].round(3)
+
+
 def encoder_families(analysis) -> pd.Series:
     """encoder -> family, for figures that colour encoders by family (e.g. :func:`crsrepro.plots.rank_shift`)."""
     return analysis.results.groupby("encoder")["family"].first()
