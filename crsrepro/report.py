@@ -320,11 +320,13 @@ def paper_vs_run(analysis, notebook: str):
 
 def crs_table(analysis) -> pd.DataFrame:
     """Chapter 05's per-cell table: the four normalised dimensions and the CRS with its three terms, by
-    (encoder, dataset), rounded to 3 digits (the raw dimensions are in chapters 01-04)."""
+    (encoder without its namespace, dataset), rounded to 3 digits (the raw dimensions are in chapters 01-04)."""
     from crsrepro.crs import NORMALISED
+    from crsrepro.style import short_name
 
     columns = [*NORMALISED, "pareto", "proximity", "worst", "crs"]
-    return analysis.scores.set_index(["encoder", "dataset"])[columns].round(3)
+    table = analysis.scores.assign(encoder=analysis.scores["encoder"].map(short_name))
+    return table.set_index(["encoder", "dataset"])[columns].round(3)
 
 
 def encoder_families(analysis) -> pd.Series:
