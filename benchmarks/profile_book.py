@@ -5,7 +5,7 @@ Record (every process of the build: the grid's workers and the notebook kernels 
     py-spy record --subprocesses --format raw --rate 20 -o book.folded -- \\
         .venv/bin/python -m crsrepro book --profile demo
 
-Summarise::
+Summarise, by stage (what the CPU did) and by task (which part of the build did it)::
 
     python benchmarks/profile_book.py book.folded
 
@@ -47,6 +47,18 @@ STAGES = [
 ]
 _COMPILED = [(stage, re.compile(pattern)) for stage, pattern in STAGES]
 
+#: (task, regular expression on the whole stack): which of the build's tasks a sample belongs to, by the
+#: first pattern that matches anywhere in its stack.
+TASKS = [
+    ("depth sweep (precompute tasks)", r"_depth_task"),
+    ("LoRA fine-tuning (precompute tasks)", r"_lora_task"),
+    ("grid probe tasks", r"_probe_task"),
+    ("grid extraction tasks", r"_extract_task"),
+    ("chapters (notebook kernels)", r"ipykernel"),
+    ("Jupyter Book", r"jupyter_book|sphinx"),
+]
+_TASKS = [(task, re.compile(pattern)) for task, pattern in TASKS]
+
 
 def stage_of(stack: str) -> str:
     """The stage of one collapsed stack (frames root first, ``;``-separated): its innermost named frame.
@@ -63,15 +75,25 @@ def stage_of(stack: str) -> str:
     return "other"
 
 
-def summarise(path: Path) -> list[tuple[str, int, float]]:
-    """``(stage, samples, share)`` for every stage with samples, largest first."""
+def task_of(stack: str) -> str:
+    """The build task a collapsed stack belongs to (:data:`TASKS`); "planning, merging, start-up" otherwise.
+
+    >>> task_of("spawn_main (spawn.py:1);_call (executor.py:2);_depth_task (book.py:3);fit (probes.py:4)")
+    'depth sweep (precompute tasks)'
+    """
+    return next((task for task, pattern in _TASKS if pattern.search(stack)), "planning, merging, start-up")
+
+
+def summarise(path: Path, classify=stage_of) -> list[tuple[str, int, float]]:
+    """``(name, samples, share)`` for every class of ``classify`` (:func:`stage_of` or :func:`task_of`)
+    with samples, largest first."""
     counts: Counter = Counter()
     for line in path.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
-            counts[stage_of(stack)] += int(count)
+            counts[classify(stack)] += int(count)
     total = sum(counts.values()) or 1
-    return [(stage, n, n / total) for stage, n in counts.most_common()]
+    return [(name, n, n / total) for name, n in counts.most_common()]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,12 +101,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("folded", type=Path, help="py-spy record --format raw output")
     parser.add_argument("--rate", type=float, default=20.0, help="the py-spy sampling rate (Hz) it was recorded at")
     args = parser.parse_args(argv)
-    rows = summarise(args.folded)
-    total = sum(n for _, n, _ in rows)
-    print(f"{'stage':45s} {'samples':>8s} {'share':>7s} {'thread-min':>10s}")
-    for stage, n, share in rows:
-        print(f"{stage:45s} {n:8d} {share:7.1%} {n / args.rate / 60:10.1f}")
-    print(f"{'total':45s} {total:8d} {1:7.0%} {total / args.rate / 60:10.1f}")
+    for title, classify in (("stage", stage_of), ("task", task_of)):
+        rows = summarise(args.folded, classify)
+        total = sum(n for _, n, _ in rows)
+        print(f"{'by ' + title:45s} {'samples':>8s} {'share':>7s} {'CPU-min':>8s}")
+        for name, n, share in rows:
+            print(f"{name:45s} {n:8d} {share:7.1%} {n / args.rate / 60:8.1f}")
+        print(f"{'total':45s} {total:8d} {1:7.0%} {total / args.rate / 60:8.1f}\n")
 
 
 if __name__ == "__main__":
