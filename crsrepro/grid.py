@@ -165,6 +165,9 @@ def _transfer_labels(source: list[str], dataset: str, target: pd.DataFrame) -> t
                         f"a probe cannot be transferred")
 
 
+_SAID: set[str] = set()  # the warnings this process has logged (said once, not once per task)
+
+
 def _learnable_labels(table: pd.DataFrame, seeds) -> pd.DataFrame:
     """A multi-label dataset without the labels that lack a positive or a negative in the test split or
     in some seed's train or val split: no probe could learn them, pick C on them or be scored on them
@@ -181,8 +184,11 @@ def _learnable_labels(table: pd.DataFrame, seeds) -> pd.DataFrame:
     kept = [name for name, ok in zip(names, both) if ok]
     if len(kept) < len(names):
         left = [name for name in names if name not in kept]
-        log.warning("%s: left out %d of %d labels that lack a positive or a negative in some split: %s",
-                    table.attrs["dataset"], len(left), len(names), ", ".join(left))
+        message = (f"{table.attrs['dataset']}: left out {len(left)} of {len(names)} labels that lack a positive "
+                   f"or a negative in some split: {', '.join(left)}")
+        if message not in _SAID:  # once per process: every task that prepares the dataset finds the same
+            _SAID.add(message)
+            log.warning(message)
         table = table.copy()
         table.attrs = {**table.attrs, "label_names": kept, "labels_left_out": left}
     return table

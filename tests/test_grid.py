@@ -130,3 +130,16 @@ def test_the_controls_give_their_own_reliability_profiles_and_conclusions(home):
     table = RunAnalysis(profile, results).probe_conclusions
     assert list(table.index) == ["linear", "knn"] and (table["n_encoders"] == 2).all()
     assert table.loc["linear", "crs_vs_linear_kendall_tau"] == 1.0
+
+
+def test_a_multilabel_label_without_both_classes_in_a_split_is_left_out_and_said_once(caplog):
+    table = pd.DataFrame({"A": [1, 0, 1, 0, 1, 0], "B": [0, 0, 0, 0, 1, 0],
+                          "split": ["test", "test", "pool", "pool", "pool", "pool"],
+                          "seed_0": ["test", "test", "train", "train", "val", "val"]})
+    table.attrs = {"task": "multilabel", "label_names": ["A", "B"], "dataset": "toy_said_once"}
+    with caplog.at_level("WARNING", logger="crsrepro.grid"):
+        kept = grid._learnable_labels(table, [0])
+        grid._learnable_labels(table, [0])   # another task in this process prepares the same dataset
+    assert kept.attrs["label_names"] == ["A"] and kept.attrs["labels_left_out"] == ["B"]
+    assert [r.getMessage() for r in caplog.records].count(
+        "toy_said_once: left out 1 of 2 labels that lack a positive or a negative in some split: B") == 1
