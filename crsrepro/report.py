@@ -132,6 +132,41 @@ def transfer_table(analysis) -> pd.DataFrame:
     return table
 
 
+def _first_transfer(analysis) -> tuple[str, str] | None:
+    """The profile's first (source, target) transfer pair (CheXpert -> MIMIC-CXR on the paper's profiles)."""
+    return next(((source, targets[0]) for source, targets in analysis.profile.transfer.items() if targets), None)
+
+
+def _no_transfer(analysis):
+    return _admonition("note", "No transfer set", _html(
+        f"Profile {analysis.profile.name} names no transfer set (its key `transfer` is empty), so there is no "
+        "institution shift to measure here; the `demo` and `paper` profiles have one."))
+
+
+def transfer_figure(analysis):
+    """Chapter 04's transfer bars (:func:`crsrepro.plots.transfer_bars` on the first transfer pair), or a
+    note when the profile names no transfer set."""
+    from crsrepro import plots
+
+    pair = _first_transfer(analysis)
+    return plots.transfer_bars(analysis.all_runs, source=pair[0], target=pair[1]) if pair else _no_transfer(analysis)
+
+
+def transfer_welch(analysis):
+    """Welch's test of transfer AUROC, medical vs general (:meth:`RunAnalysis.transfer_test` on the first
+    transfer pair) as a table of its scalars, or a note when the profile names no transfer set."""
+    pair = _first_transfer(analysis)
+    return scalars(analysis.transfer_test(*pair)) if pair else _no_transfer(analysis)
+
+
+def transfer_thresholds(analysis, shifts: pd.DataFrame):
+    """The rows of :func:`crsrepro.operating_points.severity_summary` for the transfer sets (no severity),
+    or a note when the profile names no transfer set."""
+    if _first_transfer(analysis) is None:
+        return _no_transfer(analysis)
+    return shifts[shifts["severity"].isna()].round(3)
+
+
 def two_level_intervals(analysis, level: float = 0.95) -> pd.DataFrame:
     """Per dataset and encoder, the ``level`` intervals of D (AUROC) and C (ECE) from the two-level
     bootstrap over seeds x test cases (:attr:`crsrepro.analysis.RunAnalysis.two_level_bootstrap`,
@@ -447,16 +482,14 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
                 "retention_chance_low": _f(0.5 / cells["auroc"].max()),
                 "retention_chance_high": _f(0.5 / cells["auroc"].min())}
     if notebook == "04_robustness":
-        degradation, welch = analysis.degradation, analysis.transfer_test()
+        degradation = analysis.degradation
         worst = degradation.cells["peak_ece_rise"].idxmax()
         return {"degradation_r": _f(degradation.pearson_r), "degradation_n_cells": _f(len(degradation.cells)),
                 "peak_ece_rise": _f(degradation.cells["peak_ece_rise"].max()),
                 "peak_ece_cell": f"{short_name(worst[0])} on {worst[1]}",
                 "mean_ece_rise": _f(degradation.cells["mean_ece_rise"].mean()),
                 "mean_auroc_drop": _f(degradation.cells["mean_auroc_drop"].mean()),
-                "transfer_medical": _f(welch.mean_medical), "transfer_general": _f(welch.mean_general),
-                "transfer_p": _f(welch.p_value), "transfer_n_medical": _f(welch.n_medical),
-                "transfer_n_general": _f(welch.n_general)}
+                **_transfer_numbers(analysis)}
     if notebook == "05_crs_bootstrap":
         scores, agreement, bootstrap = analysis.scores, analysis.rank_agreement, analysis.bootstrap
         normalised = scores[[c for c in scores.columns if c.startswith("p_")]].to_numpy()
@@ -486,6 +519,26 @@ def chapter_numbers(analysis, notebook: str) -> dict[str, str]:
         return {"n_claims": _f(len(analysis.claims)), **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0)))
                                                         for s in STATUSES}}
     raise AssertionError(f"CHAPTERS lists {notebook!r} but no numbers are defined for it")
+
+
+def _transfer_numbers(analysis) -> dict:
+    """Chapter 04's transfer numbers and the sentence that quotes them (Markdown, ``{glue:md}``); on a
+    profile without a transfer set the sentence says so and the numbers are absent."""
+    from IPython.display import Markdown
+
+    pair = _first_transfer(analysis)
+    if pair is None:
+        return {"transfer_sentence": Markdown(f"Profile `{analysis.profile.name}` names no transfer set, so it "
+                                              "measures no institution shift.")}
+    welch = analysis.transfer_test(*pair)
+    numbers = {"transfer_medical": _f(welch.mean_medical), "transfer_general": _f(welch.mean_general),
+               "transfer_p": _f(welch.p_value), "transfer_n_medical": _f(welch.n_medical),
+               "transfer_n_general": _f(welch.n_general)}
+    sentence = (f"After transfer from {pair[0]} to {pair[1]}, medical-pretrained encoders reach "
+                f"**{numbers['transfer_medical']}** AUROC (**{numbers['transfer_n_medical']}** encoders) against "
+                f"**{numbers['transfer_general']}** for general ones (**{numbers['transfer_n_general']}**), "
+                f"Welch p = **{numbers['transfer_p']}**.")
+    return {**numbers, "transfer_sentence": Markdown(sentence)}
 
 
 def _two_level_numbers(analysis) -> dict[str, str]:
@@ -550,8 +603,9 @@ def _lora_numbers(analysis) -> dict[str, str]:
             "lora_gpu_rate_source": THROUGHPUTS["gpu_lora_vit_b16"].source}
 
 
-def glue_numbers(numbers: dict[str, str]) -> None:
-    """Glue each formatted number with myst-nb (not displayed here), for ``{glue:text}`name``` in the prose."""
+def glue_numbers(numbers: dict) -> None:
+    """Glue each formatted number with myst-nb (not displayed here), for ``{glue:text}`name``` in the prose;
+    a value that is an ``IPython.display.Markdown`` sentence is for ``{glue:md}`name```."""
     from myst_nb import glue
 
     for name, text in numbers.items():
