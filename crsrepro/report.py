@@ -159,6 +159,13 @@ def transfer_welch(analysis):
     return scalars(analysis.transfer_test(*pair)) if pair else _no_transfer(analysis)
 
 
+def external_validity(analysis):
+    """Chapter 05's external validity (:meth:`RunAnalysis.external_validity` on the first transfer pair) as
+    a table of its scalars, or a note when the profile names no transfer set."""
+    pair = _first_transfer(analysis)
+    return scalars(analysis.external_validity(*pair)) if pair else _no_transfer(analysis)
+
+
 def transfer_thresholds(analysis, shifts: pd.DataFrame):
     """The rows of :func:`crsrepro.operating_points.severity_summary` for the transfer sets (no severity),
     or a note when the profile names no transfer set."""
