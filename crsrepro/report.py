@@ -544,7 +544,8 @@ def _transfer_numbers(analysis) -> dict:
     sentence = (f"After transfer from {pair[0]} to {pair[1]}, medical-pretrained encoders reach "
                 f"**{numbers['transfer_medical']}** AUROC (**{numbers['transfer_n_medical']}** encoders) against "
                 f"**{numbers['transfer_general']}** for general ones (**{numbers['transfer_n_general']}**), "
-                f"Welch p = **{numbers['transfer_p']}**.")
+                f"Welch p = **{numbers['transfer_p']}**. With a handful of encoders per group a t-test has little "
+                "power: a large p here says this run cannot tell, not that the paper is wrong.")
     return {**numbers, "transfer_sentence": Markdown(sentence)}
 
 
