@@ -13,22 +13,26 @@ from crsrepro.profiles import Profile
 
 
 def data_inventory(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
-    """One row per dataset: task, classes, images, groups, and the size of each split.
+    """One row per dataset: task, classes, images, groups, the size of each split, and the labels the
+    grid leaves out (a multi-label label without a positive or a negative in some split, [ours]).
 
     The test split is fixed; train and val are redrawn per run seed (DESIGN.md section 3), so their
     sizes are those of the profile's first seed (``seed_<s>`` column of the manifest).
     """
     from crsrepro.data import prepare_dataset
     from crsrepro.data.manifests import seed_column
+    from crsrepro.grid import _learnable_labels
 
     column = seed_column(profile.seeds[0])
     rows = []
     for name in profile.all_datasets():
         table = prepare_dataset(profile, name, manifest_dir=manifest_dir)
         counts = table[column if column in table.columns else "split"].value_counts()
+        left_out = _learnable_labels(table, profile.seeds).attrs.get("labels_left_out", []) if name in profile.datasets else []
         rows.append({"dataset": name, "task": table.attrs["task"], "classes or labels": len(table.attrs["label_names"]),
                      "images": len(table), "groups": table["group"].nunique(),
-                     **{split: int(counts.get(split, 0)) for split in ("train", "val", "test", "transfer")}})
+                     **{split: int(counts.get(split, 0)) for split in ("train", "val", "test", "transfer")},
+                     "labels left out": ", ".join(left_out)})
     return pd.DataFrame(rows).set_index("dataset")
 
 
@@ -114,8 +118,8 @@ def transfer_table(analysis) -> pd.DataFrame:
     """Transfer AUROC without retraining, one column per (source -> target) pair of the profile (MIMIC-CXR,
     and NIH ChestX-ray14 when the profile names it), beside each source's clean AUROC; seed means of the
     primary protocol, from :attr:`crsrepro.analysis.RunAnalysis.all_runs` (every transfer target,
-    whether or not it enters robustness). A missing cell is ``NaN``, never imputed. A note when the
-    profile names no transfer set.
+    whether or not it enters robustness). A missing cell is ``NaN``, never imputed. None (nothing shown)
+    when the profile names no transfer set.
     """
     runs = _primary(analysis.all_runs, condition=None, label_fraction=1.0)
     columns = {}
@@ -125,8 +129,7 @@ def transfer_table(analysis) -> pd.DataFrame:
         for target in targets:
             columns[f"{source} -> {target}"] = on_source[on_source["condition"] == target].groupby("encoder")["auroc"].mean()
     if not columns:
-        return _admonition("note", "No transfer set", _html(f"Profile {analysis.profile.name} names no transfer set "
-                                                             "(its key `transfer` is empty)."))
+        return None  # chapter 04's transfer_figure says why
     table = pd.DataFrame(columns).round(3)
     table.index.name = "encoder"
     return table
@@ -154,9 +157,10 @@ def transfer_figure(analysis):
 
 def transfer_welch(analysis):
     """Welch's test of transfer AUROC, medical vs general (:meth:`RunAnalysis.transfer_test` on the first
-    transfer pair) as a table of its scalars, or a note when the profile names no transfer set."""
+    transfer pair) as a table of its scalars; None (nothing shown: :func:`transfer_figure` said why) when
+    the profile names no transfer set."""
     pair = _first_transfer(analysis)
-    return scalars(analysis.transfer_test(*pair)) if pair else _no_transfer(analysis)
+    return scalars(analysis.transfer_test(*pair)) if pair else None
 
 
 def external_validity(analysis):
@@ -167,10 +171,10 @@ def external_validity(analysis):
 
 
 def transfer_thresholds(analysis, shifts: pd.DataFrame):
-    """The rows of :func:`crsrepro.operating_points.severity_summary` for the transfer sets (no severity),
-    or a note when the profile names no transfer set."""
+    """The rows of :func:`crsrepro.operating_points.severity_summary` for the transfer sets (no severity);
+    None (nothing shown) when the profile names no transfer set."""
     if _first_transfer(analysis) is None:
-        return _no_transfer(analysis)
+        return None
     return shifts[shifts["severity"].isna()].round(3)
 
 

@@ -63,7 +63,12 @@ def test_transfer_table_has_one_column_per_target():
     table = report.transfer_table(two)
     assert table.loc["e1", "chexpert -> nih_cxr14"] == 0.6 and pd.isna(table.loc["e2", "chexpert -> nih_cxr14"])
     none = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={}))
-    assert "names no transfer set" in report.transfer_table(none).data
+    # without a transfer set the chapter shows one note (the figure's) and nothing else
+    assert "names no transfer set" in report.transfer_figure(none).data
+    assert report.transfer_table(none) is None and report.transfer_welch(none) is None
+    assert report.transfer_thresholds(none, pd.DataFrame({"severity": []})) is None
+    assert "names no transfer set" in report.external_validity(none).data
+    assert "no transfer set" in report._transfer_numbers(none)["transfer_sentence"].data
 
 
 def test_two_level_intervals_stack_the_datasets():
