@@ -10,9 +10,10 @@ REPO = Path(__file__).parents[1]
 
 
 def _copy_book_sources(target: Path) -> Path:
-    """Copy the book sources (config, toc, pages, notebooks) into ``target``."""
+    """Copy the book sources (config, toc, stylesheet, pages, notebooks) into ``target``."""
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy(REPO / name, target / name)
+    shutil.copytree(REPO / "_static", target / "_static")
     shutil.copytree(REPO / "notebooks", target / "notebooks")
     shutil.copytree(REPO / "book", target / "book", ignore=shutil.ignore_patterns("_build", "_generated"))
     shutil.copytree(REPO / "data_manifests", target / "data_manifests",
