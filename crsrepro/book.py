@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from crsrepro.errors import CrsreproError
-from crsrepro.io import content_key, manifest_dir, package_digest, sha256_file
+from crsrepro.io import content_key, folder_digest, manifest_dir, package_digest, sha256_file
 from crsrepro.results import git_hash
 
 log = logging.getLogger(__name__)
@@ -103,12 +103,11 @@ def execution_inputs(name: str, *, profile: str, book_root: Path = Path("."), pa
     parameters = dict(parameters or {})
     book_root = _check_book_root(book_root)
     profiles = [profile] + [value for key, value in sorted(parameters.items()) if key.endswith("_profile") and value]
-    manifests = manifest_dir()
     return {
         "notebook": sha256_file(_source(book_root, name)),
         "parameters": parameters,
         "profiles": {p: _profile_inputs(p) for p in profiles},
-        "manifests": {f.name: sha256_file(f) for f in sorted(manifests.glob("*")) if f.is_file()},
+        "manifests": folder_digest(manifest_dir()),
         "package": package_digest(),
         "versions": {"python": sys.version.split()[0], **package_versions()},
     }
@@ -176,11 +175,10 @@ class ChapterRun:
     reused: bool = False
 
 
-def write_status_page(book_root: Path, profile: str, timings: dict[str, "ChapterRun | float"]) -> Path:
+def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterRun]) -> Path:
     """Write ``book/_generated/status.md``: per chapter its execution time, profile and whether this build
     executed it, then the commit and the versions of the packages that produced the numbers (DESIGN.md
     section 12)."""
-    timings = {name: run if isinstance(run, ChapterRun) else ChapterRun(float(run)) for name, run in timings.items()}
     chapters = "\n".join(f"| {name} | `{profile}` | {run.seconds:.1f} | "
                          f"{'reused (inputs unchanged)' if run.reused else 'executed'} |" for name, run in timings.items())
     versions = "\n".join(f"| {name} | {v} |" for name, v in

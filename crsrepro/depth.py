@@ -153,8 +153,8 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
     """
     import torch
 
-    from crsrepro.encoders import create_encoder, get_spec
-    from crsrepro.grid import _as_profile, _feature_requests, _features, _prepare, _Unit
+    from crsrepro.encoders import get_spec
+    from crsrepro.grid import _as_profile, _encoder, _feature_requests, _features, _Unit, _view
 
     profile = _as_profile(profile)
     pairs = default_pairs(profile) if pairs is None else list(pairs)
@@ -167,13 +167,10 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
                              f"{profile.name!r}'s datasets {profile.datasets}")
     store = ResultStore(Path(output_dir or profile.output_path) / STAGE)
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    views, loaded, keys = {}, {}, []
+    keys = []
     for encoder_id, dataset in pairs:
-        if dataset not in views:
-            views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
-        if encoder_id not in loaded:
-            loaded[encoder_id] = create_encoder(encoder_id, device=profile.features.device)
-        view, spec, encoder = views[dataset], get_spec(encoder_id), loaded[encoder_id]
+        view, spec = _view(profile, dataset, manifest_dir), get_spec(encoder_id)
+        encoder = _encoder(encoder_id, None, profile.features.device)
         requests, layers = _feature_requests(profile, view), taps(spec)
         units = [_Unit(profile, spec, view, seed, LINEAR) for seed in profile.seeds]
         todo = []

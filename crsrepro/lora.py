@@ -377,8 +377,7 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
     the LoRA-adaptable encoders (:func:`adaptable`). ``options`` go to :func:`finetune` (rank, alpha, lr ...).
     The merged table is ``<output_dir>/lora/results.parquet``.
     """
-    from crsrepro.encoders import create_encoder
-    from crsrepro.grid import _as_profile, _case_arrays, _prepare
+    from crsrepro.grid import _as_profile, _case_arrays, _encoder, _view
 
     profile = _as_profile(profile)
     plan = PLANS.get(profile.name, PLANS["demo"])
@@ -389,27 +388,24 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
     root = Path(output_dir or profile.output_path)
     store = ResultStore(root / STAGE)
     provenance = {"crsrepro": __version__, "git": git_hash()}
-    views, loaded, keys = {}, {}, []
+    keys = []
     for encoder_id, dataset in cells:
-        if dataset not in views:
-            views[dataset] = _prepare(profile, dataset, manifest_dir, progress)
-        if encoder_id not in loaded:
-            loaded[encoder_id] = create_encoder(encoder_id, device=profile.features.device)
-        encoder = loaded[encoder_id]
+        view = _view(profile, dataset, manifest_dir)
+        encoder = _encoder(encoder_id, None, profile.features.device)
         for seed in seeds:
             for fraction in fractions:
-                key = _rowset_key(profile, encoder, views[dataset], seed, fraction, epochs, options)
+                key = _rowset_key(profile, encoder, view, seed, fraction, epochs, options)
                 keys.append(key)
                 if store.has(key):
                     continue
                 fine = finetune(encoder_id, dataset, seed, epochs=epochs, label_fraction=fraction, profile=profile,
-                                output_dir=root, view=views[dataset], encoder=encoder, **options)
-                rows, cases = score(fine, profile, views[dataset], seed, fraction)
+                                output_dir=root, view=view, encoder=encoder, progress=progress, **options)
+                rows, cases = score(fine, profile, view, seed, fraction)
                 rows["rowset"] = key
                 rows.attrs = {**provenance, "key": key, "train_key": fine.params["key"],
                               "images_per_second": fine.images_per_second}
                 if cases:
-                    store.write_cases(key, _case_arrays(views[dataset], cases))
+                    store.write_cases(key, _case_arrays(view, cases))
                 store.write(key, rows)
                 log.info("lora: %s %s seed %d fraction %s: %.1f img/s", encoder_id, dataset, seed, fraction,
                          fine.images_per_second)
