@@ -185,19 +185,16 @@ class RunAnalysis:
         probs : dict
             ``{encoder: float16 array (seeds, N, K)}``, seeds in ``profile.seeds`` order.
         """
+        from crsrepro.operating_points import full_label_rowsets
+
         store = ResultStore(self.profile.output_path)
-        rows = self.results[(self.results["dataset"] == dataset) & (self.results["probe"] == "linear")
-                            & (self.results["label_fraction"] == 1.0) & (self.results["layer"] == "final")
-                            & (self.results["regime"] == "frozen")]
-        keys = rows.groupby(["encoder", "seed"])["rowset"].first()
+        keys = full_label_rowsets(self, dataset)  # raises when there is no full-label linear probe
         cases = condition if is_transfer(condition) else "clean"  # the test split (CASES_LAYOUT)
         labels, probs = None, {}
         for encoder in sorted(keys.index.get_level_values("encoder").unique()):
             arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
             labels = arrays[0][f"labels|{cases}"]
             probs[encoder] = np.stack([a[f"probs|{condition}|{recalibrator}"] for a in arrays])
-        if labels is None:
-            raise CrsreproError(f"no full-label linear probe on {dataset} in these results")
         return labels, probs
 
     @cached_property
