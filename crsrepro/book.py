@@ -206,13 +206,13 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterR
 def _depth_task(profile, pair: tuple[str, str]) -> None:
     from crsrepro.depth import sweep
 
-    sweep(profile, pairs=[pair])
+    sweep(profile, pairs=[pair], merge=False)
 
 
 def _lora_task(profile, cell: tuple[str, str]) -> None:
     from crsrepro.lora import lora_grid
 
-    lora_grid(profile, cells=[cell])
+    lora_grid(profile, cells=[cell], merge=False)
 
 
 def precompute_depth_and_lora(profile, *, executor: str = "local", workers: int | None = None,
@@ -222,8 +222,9 @@ def precompute_depth_and_lora(profile, *, executor: str = "local", workers: int 
     Chapters 06 and 07, and every chapter's "paper vs this run" box (through the claims page's
     measurements), read both; computed inside the first chapter that asks, they ran on one core while
     the other idled. Here each (encoder, dataset) pair of the sweep and each cell of the LoRA grid is one
-    task (:mod:`crsrepro.executor`) that writes its row-sets, so the chapters only merge them. A task
-    holds the GPU when the profile extracts on one.
+    task (:mod:`crsrepro.executor`) that writes its row-sets and merges nothing (parallel tasks rewriting
+    one merged file raced each other's reads), so the chapters only merge them. A task holds the GPU when
+    the profile extracts on one.
     """
     from crsrepro.depth import default_pairs
     from crsrepro.executor import Task, execute

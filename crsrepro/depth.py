@@ -124,7 +124,7 @@ def _unit_rows(unit, feats: dict, layer: str) -> pd.DataFrame:
 
 
 def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *, output_dir: Path | None = None,
-          manifest_dir: Path | None = None, progress: bool = False) -> pd.DataFrame:
+          manifest_dir: Path | None = None, progress: bool = False, merge: bool = True) -> pd.DataFrame | None:
     """Run the depth sweep of ``pairs`` (default :func:`default_pairs`) and return its profiles.
 
     Row-sets already in ``<output_dir>/depth/`` are reused; the merged tidy table is written to
@@ -140,10 +140,14 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
         Where the split manifests live.
     progress : bool
         Show progress bars.
+    merge : bool, default True
+        Merge the row-sets into ``results.parquet`` and return the profiles. False only writes the
+        row-sets and returns None: for tasks that run in parallel (the book's precompute step), which
+        must not all rewrite one merged file while the others read it.
 
     Returns
     -------
-    DataFrame
+    DataFrame or None
         :func:`depth_profiles` of the merged rows: one row per (encoder, dataset, seed, layer).
 
     Raises
@@ -195,6 +199,8 @@ def sweep(profile: Profile | str, pairs: list[tuple[str, str]] | None = None, *,
                 log.info("depth: wrote %s %s seed %d %s (%d rows)", encoder_id, dataset, unit.seed, layer, len(rows))
         finally:
             torch.set_num_threads(threads)
+    if not merge:
+        return None
     results = store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint()})
     return depth_profiles(results)
 

@@ -370,12 +370,15 @@ def default_cells(profile: Profile | str) -> list[tuple[str, str]]:
 
 def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = None, seeds: list[int] | None = None,
               fractions: list[float] | None = None, epochs: int | None = None, output_dir: Path | None = None,
-              manifest_dir: Path | None = None, progress: bool = False, **options) -> pd.DataFrame:
+              manifest_dir: Path | None = None, progress: bool = False, merge: bool = True,
+              **options) -> pd.DataFrame | None:
     """Fine-tune and score every (cell, seed, fraction) without a row-set yet; merge the tidy table.
 
     Defaults come from the profile's :data:`PLANS` entry; ``cells`` defaults to the profile's cells of
     the LoRA-adaptable encoders (:func:`adaptable`). ``options`` go to :func:`finetune` (rank, alpha, lr ...).
-    The merged table is ``<output_dir>/lora/results.parquet``.
+    The merged table is ``<output_dir>/lora/results.parquet``. ``merge=False`` only writes the row-sets
+    and returns None: for tasks that run in parallel (the book's precompute step), which must not all
+    rewrite one merged file while the others read it.
     """
     from crsrepro.grid import _as_profile, _case_arrays, _encoder, _view
 
@@ -409,6 +412,8 @@ def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = N
                 store.write(key, rows)
                 log.info("lora: %s %s seed %d fraction %s: %.1f img/s", encoder_id, dataset, seed, fraction,
                          fine.images_per_second)
+    if not merge:
+        return None
     return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint(),
                                     "epochs": epochs})
 

@@ -88,6 +88,9 @@ def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, mon
                                                "encoders": ["demo.random_cnn", "demo.color_histogram"], "seeds": [0]})
     assert lora.default_cells(profile) == depth.default_pairs(profile) == [("demo.random_cnn", "aptos2019")]
     book.precompute_depth_and_lora(profile, executor="serial", progress=False)
+    # the parallel tasks write row-sets only: none of them rewrites the shared merged tables
+    assert not (profile.output_path / "depth" / "results.parquet").exists()
+    assert not (profile.output_path / "lora" / "results.parquet").exists()
 
     def refuse(*args, **kwargs):
         raise AssertionError("the chapter recomputed what the precompute step wrote")
