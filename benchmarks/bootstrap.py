@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from crsrepro.crs import ReferenceFrame
-from crsrepro.stats import case_paired_bootstrap, seed_paired_bootstrap, two_level_bootstrap
+from crsrepro.score.crs import ReferenceFrame
+from crsrepro.score.stats import case_paired_bootstrap, seed_paired_bootstrap, two_level_bootstrap
 
 
 def paper_sized_profiles(n_encoders=15, datasets=("isic2019", "aptos2019", "chexpert"), n_seeds=5, rng=0):

@@ -2,7 +2,7 @@
 
 Pure forward: batches already decoded, resized and on the device; only ``forward_batch`` (the same call the
 extractor makes: bf16 autocast and channels-last on a GPU, fp32 on a CPU). End to end:
-:func:`crsrepro.features.extract_features` on JPEG files with an empty cache (decode, canonical resize,
+:func:`crsrepro.extract.features.extract_features` on JPEG files with an empty cache (decode, canonical resize,
 perturbation, encoder resize, forward, cache write). The ratio end-to-end / pure says how much of the
 network's speed the pipeline keeps (the goal on a GPU is >= 0.8).
 
@@ -33,7 +33,7 @@ import torch
 from PIL import Image
 
 from crsrepro.encoders import create_encoder, get_spec
-from crsrepro.features import _entry_paths, _read_entry, extract_features, forward_batch
+from crsrepro.extract.features import _entry_paths, _read_entry, extract_features, forward_batch
 
 
 def write_jpegs(folder: Path, n: int, size: int, seed: int = 0) -> pd.DataFrame:
@@ -71,7 +71,7 @@ def pure_forward_rate(encoder, n: int, batch_size: int) -> float:
 
 def demo_conditions() -> tuple[str, ...]:
     """The demo profile's test conditions: clean and every paper perturbation at every severity."""
-    from crsrepro.perturb import PERTURBATIONS, SEVERITIES
+    from crsrepro.extract.perturb import PERTURBATIONS, SEVERITIES
 
     return ("clean",) + tuple(f"{p}@{s}" for p in PERTURBATIONS for s in SEVERITIES)
 

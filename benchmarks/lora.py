@@ -1,13 +1,13 @@
 """Training throughput of one LoRA step, and the GPU-hours of the paper's LoRA protocol (issue 13, "Speed").
 
-1. The demo's LoRA-adaptable networks on the CPU (:func:`crsrepro.lora.adapt` and the training step of
-   :func:`crsrepro.lora.train`: forward, loss, backward, AdamW step) at the demo's batch size.
+1. The demo's LoRA-adaptable networks on the CPU (:func:`crsrepro.run.lora.adapt` and the training step of
+   :func:`crsrepro.run.lora.train`: forward, loss, backward, AdamW step) at the demo's batch size.
 2. On a GPU (when ``torch.cuda.is_available()``): ViT-B/16 at 224 px, bf16 autocast, batch 128, LoRA
    rank 8 on the attention projections (``attn.qkv``, ``attn.proj``), randomly initialised (timm,
    ``pretrained=False``: the weights do not change the speed, and nothing is downloaded).
 3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs,
-   :func:`crsrepro.lora.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
-   from the planner's documented rate (``crsrepro.plan.THROUGHPUTS``: the ~3,100 img/s that issue 13
+   :func:`crsrepro.run.lora.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
+   from the planner's documented rate (``crsrepro.run.plan.THROUGHPUTS``: the ~3,100 img/s that issue 13
    quotes for one H200, not measured here).
 
 Usage::
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.lora import DEFAULT_BATCH_SIZE, _embed, _loss, adapt, adaptable, paper_gpu_hours
-from crsrepro.plan import THROUGHPUTS
+from crsrepro.run.lora import DEFAULT_BATCH_SIZE, _embed, _loss, adapt, adaptable, paper_gpu_hours
+from crsrepro.run.plan import THROUGHPUTS
 from crsrepro.profiles import load_profile
 
 N_CLASSES = 5  # [ours] APTOS's five grades; the head's size does not change the step's cost
@@ -46,7 +46,7 @@ def step_throughput(step, batch_size: int, steps: int, warmup: int = 2, sync=lam
 
 
 def demo_step(encoder_id: str, batch_size: int):
-    """One LoRA training step of a demo network on a random uint8 batch, as :func:`crsrepro.lora.train` runs it."""
+    """One LoRA training step of a demo network on a random uint8 batch, as :func:`crsrepro.run.lora.train` runs it."""
     adapted = adapt(create_encoder(encoder_id), seed=0)
     head = torch.nn.Linear(adapted.spec.embed_dim, N_CLASSES)
     params = [p for p in adapted.model.parameters() if p.requires_grad] + list(head.parameters())

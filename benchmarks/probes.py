@@ -42,7 +42,7 @@ from threadpoolctl import threadpool_limits
 
 from crsrepro.data import get_spec as get_dataset_spec
 from crsrepro.encoders import get_spec as get_encoder_spec
-from crsrepro.probes import C_GRID, LinearProbe, fit_linear_probes
+from crsrepro.fit.probes import C_GRID, LinearProbe, fit_linear_probes
 from crsrepro.profiles import load_profile
 
 PAPER_SCALES = {  # name: (train+val rows, feature dim, task, classes or labels)

@@ -15,12 +15,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.analysis import RunAnalysis
-from crsrepro.crs import ReferenceFrame
-from crsrepro.grid import frame_path
-from crsrepro.results import RUN_KEYS
-from crsrepro.sensitivity import load_space, multiverse
-from crsrepro.vocab import PERTURBATIONS
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.score.crs import ReferenceFrame
+from crsrepro.run.grid import frame_path
+from crsrepro.core.schema import RUN_KEYS
+from crsrepro.analyse.sensitivity import load_space, multiverse
+from crsrepro.core.vocab import PERTURBATIONS
 
 
 def demo_sized_analysis(manifest_dir: Path, n_encoders=10, n_seeds=5, rng=0) -> RunAnalysis:

@@ -26,7 +26,7 @@ import logging
 import sys
 from pathlib import Path
 
-from crsrepro.errors import CrsreproError
+from crsrepro.core.errors import CrsreproError
 
 
 def _cmd_demo_world(args) -> None:
@@ -42,7 +42,7 @@ def _cmd_demo_world(args) -> None:
 
 
 def _cmd_run(args) -> None:
-    from crsrepro.grid import run_grid
+    from crsrepro.run.grid import run_grid
     from crsrepro.profiles import load_profile
 
     profile = load_profile(args.profile)
@@ -52,8 +52,8 @@ def _cmd_run(args) -> None:
 
 
 def _cmd_freeze_frame(args) -> None:
-    from crsrepro.analysis import RunAnalysis
-    from crsrepro.grid import frame_path, freeze_frame
+    from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.run.grid import frame_path, freeze_frame
 
     analysis = RunAnalysis.load(args.profile, progress=not args.quiet)
     freeze_frame(analysis.profile, analysis.results, overwrite=args.overwrite)
@@ -62,7 +62,7 @@ def _cmd_freeze_frame(args) -> None:
 
 
 def _cmd_notebook(args) -> None:
-    from crsrepro.book import GENERATED, execute_notebook
+    from crsrepro.present.book import GENERATED, execute_notebook
     from crsrepro.profiles import load_profile
 
     load_profile(args.profile)  # fail early, with the profile's own error
@@ -74,7 +74,7 @@ def _cmd_notebook(args) -> None:
 
 
 def _cmd_book(args) -> None:
-    from crsrepro.book import build_book
+    from crsrepro.present.book import build_book
 
     index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
                        progress=not args.quiet)
@@ -82,7 +82,7 @@ def _cmd_book(args) -> None:
 
 
 def _cmd_score(args) -> None:
-    from crsrepro.grid import score_new_encoder
+    from crsrepro.run.grid import score_new_encoder
     from crsrepro.profiles import load_profile
 
     print(score_new_encoder(load_profile(args.profile), args.encoder, weights=args.weights,
@@ -90,7 +90,7 @@ def _cmd_score(args) -> None:
 
 
 def _cmd_check_weights(args) -> None:
-    from crsrepro.encoders.check import check_weights
+    from crsrepro.tools.check_weights import check_weights
 
     results = check_weights(args.encoder, weights=args.weights)
     failed = [r.encoder_id for r in results if r.found and not r.passed]
@@ -99,7 +99,7 @@ def _cmd_check_weights(args) -> None:
 
 
 def _cmd_recalibrate(args) -> None:
-    from crsrepro.recalibrate import apply_map, recalibrate_cohort
+    from crsrepro.tools.recalibrate import apply_map, recalibrate_cohort
 
     if args.apply is not None:
         report = apply_map(args.scores, args.apply, out=args.out, label_column=args.labels, input_kind=args.input,
@@ -116,14 +116,14 @@ def _cmd_recalibrate(args) -> None:
 
 
 def _cmd_quality_check(args) -> None:
-    from crsrepro.quality import quality_check
+    from crsrepro.tools.quality import quality_check
 
     print("\n".join(quality_check(args.images, reference=args.reference, out=args.out, threshold=args.threshold,
                                    skip_unreadable=args.skip_unreadable).lines()))
 
 
 def _cmd_plan(args) -> None:
-    from crsrepro.plan import plan
+    from crsrepro.run.plan import plan
 
     print(plan(args.profile).to_text())
 
@@ -136,13 +136,13 @@ def _cmd_list(args) -> None:
         from crsrepro.encoders import list_encoders
         names = list_encoders()
     else:
-        from crsrepro.book import list_notebooks
+        from crsrepro.present.book import list_notebooks
         names = list_notebooks(args.book_root)
     print("\n".join(names))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from crsrepro.executor import DEFAULT_EXECUTOR, EXECUTORS
+    from crsrepro.run.executor import DEFAULT_EXECUTOR, EXECUTORS
 
     parser = argparse.ArgumentParser(prog="crsrepro", description=__doc__.split("\n\n")[0])
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")

@@ -40,8 +40,8 @@ class BuiltBook:
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> BuiltBook:
     """Run the smoke grid and build the smoke book once per test run, shared by every slow book test."""
-    from crsrepro.book import build_book
-    from crsrepro.grid import run_grid
+    from crsrepro.present.book import build_book
+    from crsrepro.run.grid import run_grid
     from crsrepro.profiles import load_profile
 
     checkout = _copy_book_sources(tmp_path_factory.mktemp("smoke_book"))
@@ -97,7 +97,7 @@ class MicroWorld:
         import numpy as np
         import pandas as pd
 
-        from crsrepro.results import ResultStore
+        from crsrepro.run.results import ResultStore
 
         profile = self.profile()
         store = ResultStore(profile.output_path)
@@ -135,8 +135,8 @@ def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool 
     """Run a tiny smoke-derived grid in its own CRSREPRO_HOME and manifest folder and yield its
     RunAnalysis (optionally with a frozen frame): the shared body of the module-scoped tiny-grid
     fixtures of the subgroup and operating-point tests."""
-    from crsrepro import grid
-    from crsrepro.analysis import RunAnalysis
+    from crsrepro.run import grid
+    from crsrepro.analyse.run_analysis import RunAnalysis
     from crsrepro.profiles import load_profile
 
     home = tmp_path_factory.mktemp(name)

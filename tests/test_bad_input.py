@@ -1,5 +1,5 @@
 """Bad input (issue 17, "Bad input suite"): each malformed input gives one clear line naming the file
-and the row or key, as a :class:`~crsrepro.errors.CrsreproError`; nothing is silently dropped and no
+and the row or key, as a :class:`~crsrepro.core.errors.CrsreproError`; nothing is silently dropped and no
 half-written file is left behind.
 
 The loader cases are built from a few rows of the real release files in ``../shared/realdata/metadata``
@@ -30,7 +30,7 @@ from crsrepro.data import load_dataset, prepare_dataset, read_image
 from crsrepro.data.manifests import load_or_create_manifest
 from crsrepro.encoders import create_encoder
 from crsrepro.encoders.registry import load_state_dict
-from crsrepro.errors import CrsreproError, DataError, MissingWeightsError, ProfileError
+from crsrepro.core.errors import CrsreproError, DataError, MissingWeightsError, ProfileError
 from crsrepro.profiles import PROFILE_DIR, load_profile
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))

@@ -26,7 +26,7 @@ def test_book_builds_on_smoke(smoke_book):
 
     # The tidy table holds every run of the smoke grid, and AUROC values are real probabilities.
     results = pd.read_parquet(smoke_book.home / "smoke" / "results" / "results.parquet")
-    from crsrepro.grid import enumerate_runs
+    from crsrepro.run.grid import enumerate_runs
     from crsrepro.profiles import load_profile
     runs = enumerate_runs(load_profile("smoke"))
     linear = results[(results.probe == "linear") & (results.recalibrator == "none") & (results.metric == "auroc")]
@@ -84,7 +84,7 @@ def _glued(notebook_path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_chapters_and_the_claims_page_show_the_same_numbers(smoke_book, monkeypatch):
-    from crsrepro.analysis import RunAnalysis
+    from crsrepro.analyse.run_analysis import RunAnalysis
 
     monkeypatch.setenv("CRSREPRO_HOME", str(smoke_book.home))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(smoke_book.checkout / "data_manifests"))

@@ -1,12 +1,12 @@
 """A rebuild re-executes only the chapters whose inputs changed (issue 18): the inputs key of
-``crsrepro.book.execution_inputs`` and the record each executed copy keeps."""
+``crsrepro.present.book.execution_inputs`` and the record each executed copy keeps."""
 
 import json
 
 import pytest
 
-from crsrepro import book
-from crsrepro.io import content_key
+from crsrepro.present import book
+from crsrepro.core.io import content_key
 
 
 def _notebook(source: str) -> dict:
@@ -45,7 +45,7 @@ def test_the_key_changes_with_each_input_and_only_then(checkout):
     assert _key(checkout) != key                                         # the prose or code of the chapter
     key = _key(checkout)
     from crsrepro.profiles import load_profile
-    from crsrepro.results import ResultStore
+    from crsrepro.run.results import ResultStore
     merged = ResultStore(load_profile("smoke").output_path).merged_path
     merged.parent.mkdir(parents=True)
     merged.with_name(merged.name + ".sha256").write_text('{"sha256": "abc"}')
@@ -76,7 +76,7 @@ def test_the_status_page_says_which_chapters_this_build_executed(checkout):
 def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, monkeypatch):
     """The book's precompute step writes every row-set of the depth sweep and the LoRA grid, so that
     the chapters' own calls (``RunAnalysis.depth``, ``.lora_results``) compute nothing."""
-    from crsrepro import depth, lora
+    from crsrepro.run import depth, lora
     from crsrepro.encoders import get_spec
     from crsrepro.profiles import load_profile
 
@@ -104,9 +104,9 @@ def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, mon
 def test_the_claims_table_of_a_run_is_computed_once_and_read_by_the_other_chapters(tmp_path, monkeypatch):
     import pandas as pd
 
-    import crsrepro.claims
-    import crsrepro.measurements
-    from crsrepro.analysis import RunAnalysis
+    import crsrepro.present.claims
+    import crsrepro.present.measurements
+    from crsrepro.analyse.run_analysis import RunAnalysis
 
     monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
@@ -117,8 +117,8 @@ def test_the_claims_table_of_a_run_is_computed_once_and_read_by_the_other_chapte
         calls.append(1)
         return pd.DataFrame({"id": ["a"], "status": ["measured"]})
 
-    monkeypatch.setattr(crsrepro.claims, "claims_table", claims_table)
-    monkeypatch.setattr(crsrepro.measurements, "multiverse_shares", lambda table: {})
+    monkeypatch.setattr(crsrepro.present.claims, "claims_table", claims_table)
+    monkeypatch.setattr(crsrepro.present.measurements, "multiverse_shares", lambda table: {})
 
     def analysis(results, rng=0):
         a = RunAnalysis("smoke", results, rng=rng)

@@ -1,4 +1,4 @@
-"""Tests for crsrepro.calibration: every recalibrator fixes an over-confident classifier."""
+"""Tests for crsrepro.fit.calibration: every recalibrator fixes an over-confident classifier."""
 
 import numpy as np
 import pytest
@@ -7,9 +7,9 @@ from sklearn.exceptions import NotFittedError
 
 import json
 
-from crsrepro.calibration import (RECALIBRATORS, TooFewCasesError, cross_validated_ece, make_recalibrator,
+from crsrepro.fit.calibration import (RECALIBRATORS, TooFewCasesError, cross_validated_ece, make_recalibrator,
                                   recalibrator_from_dict, select_recalibrator)
-from crsrepro.metrics import expected_calibration_error, macro_auroc
+from crsrepro.core.metrics import expected_calibration_error, macro_auroc
 
 SHARPNESS = 3.0  # the over-confident classifier multiplies the true logits by this
 

@@ -1,5 +1,5 @@
 """The claims page (DESIGN.md section 12): the claims file, the status logic, and the measurements on a
-small synthetic results table in the tidy layout of crsrepro.results."""
+small synthetic results table in the tidy layout of crsrepro.run.results."""
 
 import re
 from pathlib import Path
@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from crsrepro.claims import (CLAIMS_PATH, NOTEBOOKS, STATUSES, ClaimsError, claims_table, load_claims,
+from crsrepro.present.claims import (CLAIMS_PATH, NOTEBOOKS, STATUSES, ClaimsError, claims_table, load_claims,
                              measure_claims, reversed_pairs_for_tau)
-from crsrepro.errors import CrsreproError
+from crsrepro.core.errors import CrsreproError
 from crsrepro.profiles import load_profile
-from crsrepro.results import RUN_KEYS
+from crsrepro.core.schema import RUN_KEYS
 
 SEED_REVIEW = Path(__file__).parents[1] / ".." / "shared" / "seed" / "000_e17ff5654a74f3ba.txt"
 CLAIMS = load_claims()
@@ -223,7 +223,7 @@ DEPTH_AUROC = {("specialist.rad_dino", "chexpert"): {25: 0.70, 50: 0.800, 75: 0.
 
 
 def make_depth_table() -> pd.DataFrame:
-    """:func:`crsrepro.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds symmetric around the means."""
+    """:func:`crsrepro.run.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds symmetric around the means."""
     rows = []
     for (encoder, dataset), by_depth in DEPTH_AUROC.items():
         for seed, noise in ((0, -0.002), (1, 0.002)):
@@ -238,7 +238,7 @@ def make_depth_table() -> pd.DataFrame:
 def make_lora_comparison():
     """Frozen vs LoRA on synthetic profiles: on ISIC every encoder gains 0.02 (same order), on APTOS the
     LoRA order is the frozen one reversed (the leader changes)."""
-    from crsrepro.lora import compare
+    from crsrepro.run.lora import compare
 
     encoders = list(QUALITY)[:4]
     frozen, lora = [], []
@@ -258,7 +258,7 @@ def _no_sweep(self):
 
 def _without_sweeps(patch):
     """Make the depth sweep and the LoRA grid unavailable (they would compute on the smoke profile)."""
-    from crsrepro.analysis import RunAnalysis
+    from crsrepro.analyse.run_analysis import RunAnalysis
 
     patch.setattr(RunAnalysis, "depth", property(_no_sweep))
     patch.setattr(RunAnalysis, "lora", property(_no_sweep))
@@ -266,7 +266,7 @@ def _without_sweeps(patch):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    from crsrepro.analysis import RunAnalysis
+    from crsrepro.analyse.run_analysis import RunAnalysis
 
     manifests = tmp_path_factory.mktemp("manifests")
     pd.DataFrame({"image_id": list("abcdefg"), "split": "train", "group": list("abcdefg")}).to_csv(
@@ -283,9 +283,9 @@ def measured(tmp_path_factory):
 def _freeze(results, manifests):
     """Freeze a frame from hand-made results (``freeze_frame`` itself refuses them: they are not the
     smoke profile's grid)."""
-    from crsrepro.analysis import RunAnalysis
-    from crsrepro.crs import ReferenceFrame
-    from crsrepro.grid import frame_path
+    from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.score.crs import ReferenceFrame
+    from crsrepro.run.grid import frame_path
 
     analysis = RunAnalysis("smoke", results, manifest_dir=manifests)
     ReferenceFrame.freeze(analysis.reliability_profiles, results_hash=analysis.results_hash).save(
@@ -379,7 +379,7 @@ def test_chapters_06_and_07_quote_the_same_analyses():
     """The numbers the depth and LoRA chapters glue come from the analyses the claims page measures."""
     from types import SimpleNamespace
 
-    from crsrepro import report
+    from crsrepro.present import report
 
     analysis = SimpleNamespace(profile=SimpleNamespace(name="demo"), aggregate=None, depth=make_depth_table())
     numbers = report.chapter_numbers(analysis, "06_layer_depth")
@@ -439,7 +439,7 @@ def test_seed_bootstrap_claims_are_not_comparable_without_seed_variance(measured
 def test_the_multiverse_column_gives_the_share_that_agrees_with_the_paper(measured):
     """Issue 15: for a claim that depends on an [ours] choice, the share of the multiverse agreeing with
     the paper's direction (tau < 1; CRS a worse predictor of the transfer AUROC than source AUROC)."""
-    from crsrepro.measurements import multiverse_shares
+    from crsrepro.present.measurements import multiverse_shares
 
     table = pd.DataFrame({"kendall_tau": [1.0, 0.6, 0.2, np.nan], "reversed_pairs": [0, 3, 5, 1],
                           "rho_crs": [0.5, 0.9, 0.1, 0.2], "rho_auroc": [0.8, 0.8, 0.8, np.nan]})

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from crsrepro.crs import (FrameError, ProfileTableError, ReferenceFrame, aggregate_crs, cell_means, crs_scores,
+from crsrepro.score.crs import (FrameError, ProfileTableError, ReferenceFrame, aggregate_crs, cell_means, crs_scores,
                           score_encoder)
 
 

@@ -9,8 +9,8 @@ import pytest
 from PIL import Image
 
 from crsrepro.data import DATASETS, TASKS, label_matrix, load_dataset, read_image
-from crsrepro.data._common import CHEXPERT_LABELS
-from crsrepro.errors import DataError
+from crsrepro.data.common import CHEXPERT_LABELS
+from crsrepro.core.errors import DataError
 
 
 def _image(path, mode="RGB", fmt=None):

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from crsrepro.data.manifests import label_subsets, load_or_create_manifest, make_splits, manifest_hash, seed_split_hash
-from crsrepro.errors import DataError
+from crsrepro.core.errors import DataError
 
 LABELS = ["a", "b", "c", "rare"]
 

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from crsrepro.encoders import create_encoder, demo, get_spec, list_encoders
 from crsrepro.encoders.registry import NETWORK_TAPS, load_state_dict, weights_hash
-from crsrepro.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError
 from crsrepro.profiles import load_profile
 
 SPECS = {spec.id: spec for spec, _ in demo.DEMO_ENCODERS}

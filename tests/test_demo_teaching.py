@@ -14,11 +14,11 @@ held to a smaller span (:data:`MIN_SPAN`): see :data:`RETENTION_FLOOR`.
 import pandas as pd
 import pytest
 
-from crsrepro.analysis import RunAnalysis
-from crsrepro.crs import DIMENSIONS, NORMALISED
-from crsrepro.grid import frame_path, missing_runs
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.score.crs import DIMENSIONS, NORMALISED
+from crsrepro.run.grid import frame_path, missing_runs
 from crsrepro.profiles import load_profile
-from crsrepro.results import ResultStore
+from crsrepro.run.results import ResultStore
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def test_pretraining_beats_random_features_of_the_same_architecture(demo):
 def test_the_planted_subgroup_effect_is_found(demo):
     """Issue 16: the demo world plants worse images for patients aged 60 or more (ISIC and CheXpert
     look-alikes); the subgroup analysis finds older patients' AUROC lower on average over the panel."""
-    from crsrepro.subgroups import subgroup_table
+    from crsrepro.analyse.subgroups import subgroup_table
 
     table = subgroup_table(demo, attributes=("age_group",), n_resamples=200)
     for dataset in ("isic2019", "chexpert"):

@@ -4,11 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.depth import (DepthError, best_depths, default_pairs, intermediate_wins, paired_test, sweep, tap_depth,
+from crsrepro.run.depth import (DepthError, best_depths, default_pairs, intermediate_wins, paired_test, sweep, tap_depth,
                             taps, val_choices, val_selected_ranking)
 from crsrepro.encoders import get_spec
 from crsrepro.profiles import load_profile
-from crsrepro.results import COLUMNS, ResultStore
+from crsrepro.core.schema import COLUMNS
+from crsrepro.run.results import ResultStore
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 

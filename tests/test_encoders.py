@@ -42,7 +42,7 @@ from crsrepro.encoders.registry import (
     resolve_weights,
     weights_hash,
 )
-from crsrepro.errors import MissingWeightsError, UnknownEncoderError
+from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError
 
 PAPER_IDS = [spec.id for spec, _ in paper.PAPER_ENCODERS]
 

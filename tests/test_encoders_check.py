@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from crsrepro.cli import main
-from crsrepro.encoders.check import PAPER_IDS, check_weights, describe_checkpoint, synthetic_image
-from crsrepro.errors import CrsreproError
+from crsrepro.tools.check_weights import PAPER_IDS, check_weights, describe_checkpoint, synthetic_image
+from crsrepro.core.errors import CrsreproError
 
 
 @pytest.fixture(autouse=True)

@@ -4,8 +4,8 @@ LocalCluster (one torch/BLAS thread per task), each from a cold cache."""
 
 import pytest
 
-from crsrepro import executor, grid
-from crsrepro.errors import CrsreproError
+from crsrepro.run import executor, grid
+from crsrepro.core.errors import CrsreproError
 from crsrepro.profiles import load_profile
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
@@ -33,7 +33,7 @@ def test_a_dask_local_cluster_gives_the_serial_table(micro_world, reference):
 
 
 def test_probe_tasks_follow_their_extraction_task_and_gpu_tasks_hold_the_gpu(micro_world, reference):
-    from crsrepro.results import ResultStore
+    from crsrepro.run.results import ResultStore
 
     profile = micro_world.profile()
     store = ResultStore(profile.output_path)

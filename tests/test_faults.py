@@ -17,14 +17,14 @@ import time
 import numpy as np
 import pytest
 
-import crsrepro.crs
-import crsrepro.features
-import crsrepro.io
-import crsrepro.probes
-import crsrepro.results
-from crsrepro import grid
-from crsrepro.errors import CrsreproError
-from crsrepro.results import ResultStore, load_results
+import crsrepro.score.crs
+import crsrepro.extract.features
+import crsrepro.core.io
+import crsrepro.fit.probes
+import crsrepro.run.results
+from crsrepro.run import grid
+from crsrepro.core.errors import CrsreproError
+from crsrepro.run.results import ResultStore, load_results
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 
@@ -37,13 +37,13 @@ class InjectedFault(Exception):
 
 
 # (name, module or class, attribute, is a writer: atomic_write(path, data))
-POINTS = [("feature extraction", crsrepro.features, "_extract_chunk", False),
-          ("feature cache write", crsrepro.features, "atomic_write", True),
-          ("linear probe fit", crsrepro.probes, "fit_linear_probes", False),
-          ("kNN probe fit", crsrepro.probes.KNNProbe, "fit", False),
-          ("per-case file or digest write", crsrepro.results, "atomic_write", True),
-          ("row-set or merged table write", crsrepro.io, "atomic_write", True),
-          ("frame freeze", crsrepro.crs, "atomic_write", True)]
+POINTS = [("feature extraction", crsrepro.extract.features, "_extract_chunk", False),
+          ("feature cache write", crsrepro.extract.features, "atomic_write", True),
+          ("linear probe fit", crsrepro.fit.probes, "fit_linear_probes", False),
+          ("kNN probe fit", crsrepro.fit.probes.KNNProbe, "fit", False),
+          ("per-case file or digest write", crsrepro.run.results, "atomic_write", True),
+          ("row-set or merged table write", crsrepro.core.io, "atomic_write", True),
+          ("frame freeze", crsrepro.score.crs, "atomic_write", True)]
 
 
 def _run_and_freeze(world):
@@ -171,7 +171,7 @@ def test_a_corrupt_store_file_is_recomputed_with_a_warning(micro_world, referenc
         store.read_cases(cases.stem)
     with pytest.raises(CrsreproError, match="results.parquet is corrupt"):
         load_results(store.root)
-    with caplog.at_level(logging.WARNING, logger="crsrepro.results"):
+    with caplog.at_level(logging.WARNING, logger="crsrepro.run.results"):
         grid.run_grid(micro_world.profile(), progress=False, executor="serial")
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert f"{rowset.name} is corrupt" in warned and f"{cases.name} is corrupt" in warned

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from crsrepro import features
-from crsrepro.errors import DataError
+from crsrepro.extract import features
+from crsrepro.core.errors import DataError
 
 # A small network behind the Encoder contract; a module file so that a subprocess can build it too.
 TINY_ENCODER = textwrap.dedent('''
@@ -137,7 +137,7 @@ def test_each_condition_is_applied_once_at_the_canonical_size(tmp_path, tiny, mo
         seen.append((image.shape, condition, image_id))
         return (255 - image) if condition == "invert@1" else image
 
-    monkeypatch.setitem(sys.modules, "crsrepro.perturb", types.SimpleNamespace(apply_condition=apply_condition))
+    monkeypatch.setitem(sys.modules, "crsrepro.extract.perturb", types.SimpleNamespace(apply_condition=apply_condition))
     images = write_images(tmp_path / "img", n=3)
     out = run(tiny.make(), images, tmp_path / "cache", conditions=("clean", "invert@1"), canonical_size=20)
     assert [s[1:] for s in seen] == [("invert@1", f"img_{i}") for i in range(3)]
@@ -165,7 +165,7 @@ KILLED_RUN = textwrap.dedent('''
     import pandas as pd
     sys.path.insert(0, sys.argv[1])
     import tiny_encoder
-    from crsrepro.features import extract_features
+    from crsrepro.extract.features import extract_features
     images = pd.read_csv(sys.argv[2])
     extract_features(tiny_encoder.make(delay=0.3), images, dataset="isic2019", images_key="m0",
                      cache_dir=sys.argv[3], batch_size=2, chunk_size=4, progress=False)
@@ -204,7 +204,7 @@ def test_a_corrupt_entry_fails_its_sha256_and_is_recomputed(tmp_path, tiny, capl
     data[-5] ^= 0xFF  # one flipped byte in the last feature value; the header stays valid
     array_path.write_bytes(bytes(data))
     tiny.Tiny.calls = 0
-    with caplog.at_level("WARNING", logger="crsrepro.features"):
+    with caplog.at_level("WARNING", logger="crsrepro.extract.features"):
         again = run(tiny.make(), images, tmp_path / "cache")[("clean", "final")]
     assert tiny.Tiny.calls > 0 and "sha256" in caplog.text and array_path.name in caplog.text
     np.testing.assert_array_equal(good, again)
@@ -215,7 +215,7 @@ def test_a_corrupt_entry_fails_its_sha256_and_is_recomputed(tmp_path, tiny, capl
 
 def test_the_image_cache_degrades_once_for_all_encoders_with_identical_features(tmp_path, tiny, monkeypatch):
     import crsrepro.data
-    from crsrepro import perturb
+    from crsrepro.extract import perturb
 
     monkeypatch.setattr(features, "IMAGE_CHUNK_SIZE", 3)  # 7 images: chunks of 3, 3 and 1
     decoded, degraded = [], []

@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro import grid
-from crsrepro.analysis import RunAnalysis
-from crsrepro.errors import CrsreproError
+from crsrepro.run import grid
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.core.errors import CrsreproError
 from crsrepro.profiles import load_profile
-from crsrepro.results import ResultStore
+from crsrepro.run.results import ResultStore
 
 # A micro grid: one small dataset, two fast encoders, two seeds, one perturbation, no controls.
 MICRO = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.color_histogram", "demo.pixel_pca"],
@@ -137,7 +137,7 @@ def test_a_multilabel_label_without_both_classes_in_a_split_is_left_out_and_said
                           "split": ["test", "test", "pool", "pool", "pool", "pool"],
                           "seed_0": ["test", "test", "train", "train", "val", "val"]})
     table.attrs = {"task": "multilabel", "label_names": ["A", "B"], "dataset": "toy_said_once"}
-    with caplog.at_level("WARNING", logger="crsrepro.grid"):
+    with caplog.at_level("WARNING", logger="crsrepro.run.grid"):
         kept = grid._learnable_labels(table, [0])
         grid._learnable_labels(table, [0])   # another task in this process prepares the same dataset
     assert kept.attrs["label_names"] == ["A"] and kept.attrs["labels_left_out"] == ["B"]

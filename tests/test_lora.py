@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.lora import (PLANS, LoraError, _loss, adapt, adaptable, base_state, compare, lora_grid, lora_profiles, lora_targets,
+from crsrepro.run.lora import (PLANS, LoraError, _loss, adapt, adaptable, base_state, compare, lora_grid, lora_profiles, lora_targets,
                            paper_gpu_hours, train)
 from crsrepro.profiles import load_profile
-from crsrepro.results import COLUMNS
+from crsrepro.core.schema import COLUMNS
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 

@@ -1,4 +1,4 @@
-"""Tests for crsrepro.metrics: AUROC against scikit-learn, ECE against hand-computed cases."""
+"""Tests for crsrepro.core.metrics: AUROC against scikit-learn, ECE against hand-computed cases."""
 
 import logging
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from crsrepro.metrics import (
+from crsrepro.core.metrics import (
     aulc,
     binary_auroc,
     classwise_ece,
@@ -47,7 +47,7 @@ def test_multilabel_macro_auroc_masks_nan_and_skips_one_class_labels(caplog):
     y[:50, 0] = np.nan
     y[:, 2] = 0.0  # one class only: skipped
     expected = np.mean([roc_auc_score(y[50:, 0], s[50:, 0]), roc_auc_score(y[:, 1], s[:, 1])])
-    with caplog.at_level(logging.WARNING, logger="crsrepro.metrics"):
+    with caplog.at_level(logging.WARNING, logger="crsrepro.core.metrics"):
         value, skipped = macro_auroc(y, s, task="multilabel", return_skipped=True)
     assert value == pytest.approx(expected, abs=1e-12)
     assert skipped == 1

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 
 from crsrepro.data import get_spec
-from crsrepro.operating_points import (COLUMNS, OPERATING_POINTS, achieved, choose_threshold, full_label_rowsets,
+from crsrepro.analyse.operating_points import (COLUMNS, OPERATING_POINTS, achieved, choose_threshold, full_label_rowsets,
                                        operating_point_table, operating_points, severity_summary)
-from crsrepro.plots_deployment import sensitivity_vs_severity
-from crsrepro.results import ResultStore
+from crsrepro.present.plots.deployment import sensitivity_vs_severity
+from crsrepro.run.results import ResultStore
 
 matplotlib.use("Agg")
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from crsrepro.data.demo_world import sample_images
-from crsrepro.perturb import (EXTRA_PERTURBATIONS, PERTURBATIONS, apply_condition, example_grid, parse_condition,
+from crsrepro.extract.perturb import (EXTRA_PERTURBATIONS, PERTURBATIONS, apply_condition, example_grid, parse_condition,
                               perturb)
 from crsrepro.profiles import PERTURBATION_NAMES
 

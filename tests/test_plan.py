@@ -3,8 +3,8 @@
 import pytest
 
 from crsrepro.cli import main
-from crsrepro.grid import cells, enumerate_runs
-from crsrepro.plan import plan
+from crsrepro.run.grid import cells, enumerate_runs
+from crsrepro.run.plan import plan
 from crsrepro.profiles import load_profile
 
 

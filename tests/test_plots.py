@@ -1,6 +1,6 @@
 """Every figure of the book renders on a small synthetic runs table, without a warning (issue 14).
 
-The tables come from the library's own analyses (``cell_profiles``, ``crs_scores``, the stats), so a
+The tables come from the library's own analyses (``reliability_profiles``, ``crs_scores``, the stats), so a
 change of their columns breaks these tests rather than the book. Each test renders the figure to PNG
 in memory and checks its panels and lines; an autouse fixture checks that nothing was written to disk
 and that matplotlib's global settings were left as they were.
@@ -16,10 +16,13 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from crsrepro import plots, style
-from crsrepro.crs import DIMENSIONS, NORMALISED, ReferenceFrame, cell_profiles, crs_scores
-from crsrepro.results import RUN_KEYS
-from crsrepro.stats import insertion_experiment, rank_agreement, recalibration_summary, seed_paired_bootstrap
+from crsrepro.present import plots
+from crsrepro.present.plots import style
+from crsrepro.score.crs import DIMENSIONS, NORMALISED, ReferenceFrame, crs_scores
+from crsrepro.score.dimensions import reliability_profiles
+from crsrepro.core.schema import RUN_KEYS
+from crsrepro.analyse.findings import insertion_experiment, recalibration_summary
+from crsrepro.score.stats import rank_agreement, seed_paired_bootstrap
 
 FAMILIES = {"demo.a": "general", "demo.b": "general", "demo.c": "general", "demo.d": "medical",
             "demo.e": "specialist", "demo.f": "specialist"}
@@ -168,7 +171,7 @@ def test_depth_curves(runs):
 
 @pytest.fixture(scope="module")
 def scores(runs) -> pd.DataFrame:
-    profiles = cell_profiles(runs)
+    profiles = reliability_profiles(runs)
     return crs_scores(profiles, ReferenceFrame.freeze(profiles))
 
 
@@ -180,7 +183,7 @@ def test_dimension_profiles_one_line_per_encoder(scores):
 
 
 def test_pareto_scatter_marks_the_front(runs):
-    profiles = cell_profiles(runs)
+    profiles = reliability_profiles(runs)
     fig = render(plots.pareto_scatter, profiles)
     ax = panels(fig)[0]
     markers = ax.lines[:-1]   # the last line is the front
@@ -204,7 +207,7 @@ def test_rank_shift_for_crs_and_for_lora(scores):
 
 
 def test_rank_probabilities_heatmap(runs):
-    per_seed = cell_profiles(runs)   # one row per seed, as the bootstrap resamples seeds
+    per_seed = reliability_profiles(runs)   # one row per seed, as the bootstrap resamples seeds
     frame = ReferenceFrame.freeze(per_seed)
     probabilities = seed_paired_bootstrap(per_seed, frame, n_resamples=50, rng=0).rank_probabilities
     fig = render(plots.rank_probabilities, probabilities)
@@ -213,7 +216,7 @@ def test_rank_probabilities_heatmap(runs):
 
 
 def test_insertion_movements_fixed_against_cohort(runs):
-    movements = insertion_experiment(cell_profiles(runs), n_trials=4, n_inserted=2).movements
+    movements = insertion_experiment(reliability_profiles(runs), n_trials=4, n_inserted=2).movements
     fig = render(plots.insertion_movements, movements)
     cells_ax, trials_ax = fig.axes
     assert [t.get_text() for t in cells_ax.get_xticklabels()] == ["fixed", "cohort"]

@@ -1,4 +1,4 @@
-"""Tests for crsrepro.probes: the torch backend agrees with scikit-learn; the estimator contract holds."""
+"""Tests for crsrepro.fit.probes: the torch backend agrees with scikit-learn; the estimator contract holds."""
 
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ import torch
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
-from crsrepro.metrics import macro_auroc
-from crsrepro.probes import KNNProbe, LinearProbe, MLPProbe, batched_lbfgs, fit_linear_probes
+from crsrepro.core.metrics import macro_auroc
+from crsrepro.fit.probes import KNNProbe, LinearProbe, MLPProbe, batched_lbfgs, fit_linear_probes
 
 SMALL_GRID = (1e-2, 1.0, 1e2)
 

@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from crsrepro.errors import ProfileError
+from crsrepro.core.errors import ProfileError
 from crsrepro.profiles import PROFILE_DIR, list_profiles, load_profile
 
 

@@ -1,4 +1,4 @@
-"""Tests for ``crsrepro quality-check`` (crsrepro.quality): each statistic tracks its perturbation."""
+"""Tests for ``crsrepro quality-check`` (crsrepro.tools.quality): each statistic tracks its perturbation."""
 
 import numpy as np
 import pandas as pd
@@ -6,9 +6,9 @@ import pytest
 
 from crsrepro.cli import main
 from crsrepro.data.demo_world import sample_images
-from crsrepro.deployment import example_images
-from crsrepro.perturb import SEVERITIES, perturb
-from crsrepro.quality import STATISTICS, TRACKS, image_statistics, quality_check, robust_z
+from crsrepro.tools.deployment import example_images
+from crsrepro.extract.perturb import SEVERITIES, perturb
+from crsrepro.tools.quality import STATISTICS, TRACKS, image_statistics, quality_check, robust_z
 
 
 FOV_SATURATED = 0.995

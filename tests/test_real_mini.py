@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crsrepro import grid
-from crsrepro.analysis import RunAnalysis
+from crsrepro.run import grid
+from crsrepro.analyse.run_analysis import RunAnalysis
 from crsrepro.profiles import load_profile
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))

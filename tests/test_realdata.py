@@ -19,10 +19,10 @@ import pytest
 from PIL import Image
 
 from crsrepro.data import label_matrix, load_dataset
-from crsrepro.data._common import CHEXPERT_LABELS
+from crsrepro.data.common import CHEXPERT_LABELS
 from crsrepro.data.isic2017 import SPLITS as ISIC2017_SPLITS
 from crsrepro.data.label_maps import CHEXPERT_TO_NIH, align_chexpert_to_nih
-from crsrepro.errors import DataError
+from crsrepro.core.errors import DataError
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))
 IMAGES, METADATA = REALDATA / "images", REALDATA / "metadata"

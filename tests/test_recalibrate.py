@@ -1,4 +1,4 @@
-"""Tests for ``crsrepro recalibrate`` (crsrepro.recalibrate): the recipe, the saved map, and bad input."""
+"""Tests for ``crsrepro recalibrate`` (crsrepro.tools.recalibrate): the recipe, the saved map, and bad input."""
 
 import json
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from crsrepro.cli import main
-from crsrepro.deployment import GRADES, example_cohort
-from crsrepro.recalibrate import cases_for_ece_precision, read_cohort, split_cohort
+from crsrepro.tools.deployment import GRADES, example_cohort
+from crsrepro.tools.recalibrate import cases_for_ece_precision, read_cohort, split_cohort
 
 
 @pytest.fixture(scope="module")
@@ -134,8 +134,8 @@ def test_applying_a_map_to_a_csv_without_its_columns(cohort_csv, tmp_path, capsy
 
 def test_the_cli_defaults_are_the_module_constants():
     from crsrepro.cli import build_parser
-    from crsrepro.quality import Z_THRESHOLD
-    from crsrepro.recalibrate import CALIBRATION_FRACTION, ECE_TOLERANCE
+    from crsrepro.tools.quality import Z_THRESHOLD
+    from crsrepro.tools.recalibrate import CALIBRATION_FRACTION, ECE_TOLERANCE
 
     recalibrate = build_parser().parse_args(["recalibrate", "--scores", "s.csv", "--out", "o.csv"])
     assert recalibrate.tolerance == ECE_TOLERANCE and float(recalibrate.calibration_split) == CALIBRATION_FRACTION

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro import report
+from crsrepro.present import report
 
 
 def test_doctests():
@@ -72,7 +72,7 @@ def test_transfer_table_has_one_column_per_target():
 
 
 def test_two_level_intervals_stack_the_datasets():
-    from crsrepro.stats import two_level_bootstrap
+    from crsrepro.score.stats import two_level_bootstrap
 
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 2, 60)
@@ -84,7 +84,7 @@ def test_two_level_intervals_stack_the_datasets():
 
 
 def test_seed_count_coverage_is_a_note_when_skipped_and_a_row_otherwise(monkeypatch):
-    from crsrepro.analysis import RunAnalysis
+    from crsrepro.analyse.run_analysis import RunAnalysis
 
     assert "not run here" in report.seed_count_coverage("").data
     table = pd.DataFrame({"a": ["x"], "b": ["y"], "estimate_all_seeds": [0.1], "coverage": [0.8], "mean_width": [0.2]})

@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from crsrepro.analysis import RunAnalysis
-from crsrepro.crs import ReferenceFrame, aggregate_crs, crs_scores
-from crsrepro.grid import frame_path
-from crsrepro.results import RUN_KEYS
-from crsrepro.sensitivity import (SPACE_PATH, SensitivityError, choice_effects, conclusions, load_space,
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.score.crs import ReferenceFrame, aggregate_crs, crs_scores
+from crsrepro.run.grid import frame_path
+from crsrepro.core.schema import RUN_KEYS
+from crsrepro.analyse.sensitivity import (SPACE_PATH, SensitivityError, choice_effects, conclusions, load_space,
                                   matters_most, multiverse)
 
 PRIMARY = dict(family="general", probe="linear", layer="final", regime="frozen", recalibrator="none")
@@ -142,7 +142,7 @@ def test_a_bad_space_names_the_file_and_the_key(tmp_path, edit, message):
 
 
 def test_specification_curve_marks_every_level_and_the_default(panel):
-    from crsrepro.plots_sensitivity import specification_curve
+    from crsrepro.present.plots.sensitivity import specification_curve
 
     _, table = panel
     fig = specification_curve(table, "kendall_tau")

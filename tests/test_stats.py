@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
-from crsrepro.metrics import macro_auroc
-from crsrepro.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
+from crsrepro.score.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
+from crsrepro.core.metrics import macro_auroc
+from crsrepro.score.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
                             seed_paired_bootstrap, seed_variance)
 
 import torch

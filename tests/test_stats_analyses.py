@@ -5,13 +5,14 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from crsrepro import analyses, crs, dimensions, stats
-from crsrepro.analyses import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
+from crsrepro.analyse import findings as analyses
+from crsrepro.score import crs, dimensions, stats
+from crsrepro.analyse.findings import (absolute_label_efficiency, aulc_vs_retention, calibration_under_degradation,
                                control_probe_agreement, external_validity, insertion_experiment,
                                leave_one_dataset_out, recalibration_summary, welch_transfer_test)
-from crsrepro.crs import ReferenceFrame
-from crsrepro.dimensions import ProfileTableError, cell_profiles
-from crsrepro.metrics import aulc, label_efficiency_retention, robustness_raw
+from crsrepro.score.crs import ReferenceFrame
+from crsrepro.score.dimensions import ProfileTableError, reliability_profiles
+from crsrepro.core.metrics import aulc, label_efficiency_retention, robustness_raw
 
 FAMILIES = {"g1": "general", "g2": "general", "g3": "general", "m1": "medical", "m2": "medical", "s1": "specialist"}
 QUALITY = {"g1": 0.1, "g2": 0.3, "g3": 0.5, "m1": 0.6, "m2": 0.8, "s1": 0.9}
@@ -20,7 +21,7 @@ PERTURBED = {"gaussian_blur@1": 0.02, "gaussian_blur@2": 0.05, "jpeg@1": 0.03}
 
 
 def make_runs(seeds=(0, 1, 2)):
-    """A runs table in the column layout of crsrepro.crs.RUN_COLUMNS, with known structure."""
+    """A runs table in the column layout of crsrepro.core.schema.RUN_COLUMNS, with known structure."""
     rng = np.random.default_rng(0)
     rows = []
 
@@ -52,20 +53,8 @@ def make_runs(seeds=(0, 1, 2)):
 RUNS = make_runs()
 
 
-def test_moved_names_are_importable_from_their_old_homes():
-    """Issue 9 moved the runs -> dimensions code and the analyses; the old import paths still work."""
-    for name in ("RUN_COLUMNS", "PRIMARY", "select_runs", "is_perturbation", "is_transfer", "cell_profiles",
-                 "reliability_profiles", "ProfileTableError"):
-        assert getattr(crs, name) is getattr(dimensions, name)
-    assert dimensions.cell_profiles is dimensions.reliability_profiles
-    for name in stats._MOVED_TO_ANALYSES:
-        assert getattr(stats, name) is getattr(analyses, name)
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        stats.nope
-
-
-def test_cell_profiles_by_hand():
-    profiles = cell_profiles(RUNS)
+def test_reliability_profiles_by_hand():
+    profiles = reliability_profiles(RUNS)
     assert len(profiles) == 6 * 3 * 3 and set(profiles["family"]) == {"general", "medical", "specialist"}
     cell = RUNS[(RUNS.encoder == "m1") & (RUNS.dataset == "chexpert") & (RUNS.seed == 1) & (RUNS.probe == "linear")
                 & (RUNS.recalibrator == "none")]
@@ -76,13 +65,13 @@ def test_cell_profiles_by_hand():
     assert row["retention"] == pytest.approx(label_efficiency_retention(clean.to_dict()))
     drops = full["clean"] - full[list(PERTURBED) + ["mimic_cxr"]]
     assert row["robustness"] == pytest.approx(robustness_raw(drops.to_numpy()))
-    without = cell_profiles(RUNS, include_transfer=False)
+    without = reliability_profiles(RUNS, include_transfer=False)
     changed = (without["robustness"] != profiles["robustness"]).groupby(profiles["dataset"]).any()
     assert changed.to_dict() == {"aptos2019": False, "chexpert": True, "isic2019": False}
 
 
 def test_insertion_experiment_fixed_is_exactly_zero():
-    result = insertion_experiment(cell_profiles(RUNS), n_trials=5, rng=1)
+    result = insertion_experiment(reliability_profiles(RUNS), n_trials=5, rng=1)
     assert result.summary.loc["fixed", "max_movement"] == 0.0
     assert result.summary.loc["cohort", "max_movement"] > 0.0
     assert result.summary.loc["fixed", "panel_size"] == 3  # 6 encoders: panels of 6 - 3
@@ -95,7 +84,7 @@ def test_external_validity_uses_its_own_frame_without_the_transfer_drop():
     assert len(t) == 6
     assert result.rho_crs == pytest.approx(sps.spearmanr(t["crs"], t["target_auroc"]).statistic)
     assert result.rho_source_auroc == pytest.approx(sps.spearmanr(t["source_auroc"], t["target_auroc"]).statistic)
-    full_frame = ReferenceFrame.freeze(cell_profiles(RUNS))
+    full_frame = ReferenceFrame.freeze(reliability_profiles(RUNS))
     assert result.frame.content_hash() != full_frame.content_hash()
     cell = external_validity(RUNS, crs_level="cell").table
     assert (cell["crs"] != t["crs"]).any()
@@ -206,26 +195,26 @@ def test_aulc_vs_retention():
     assert result.correlations.loc["aulc", "encoder"] == pytest.approx(1.0)  # AULC copies full AUROC here
 
 
-def test_cell_profiles_errors_name_the_cell():
+def test_reliability_profiles_errors_name_the_cell():
     missing_clean = RUNS.drop(RUNS.index[(RUNS.encoder == "g1") & (RUNS.dataset == "aptos2019") & (RUNS.seed == 2)
                                          & (RUNS.condition == "clean") & (RUNS.label_fraction == 1.0)])
     with pytest.raises(ProfileTableError, match="encoder g1, dataset aptos2019, seed 2: needs the clean run"):
-        cell_profiles(missing_clean)
+        reliability_profiles(missing_clean)
     with pytest.raises(ProfileTableError, match="appears more than once"):
-        cell_profiles(pd.concat([RUNS, RUNS.iloc[:1]]))
+        reliability_profiles(pd.concat([RUNS, RUNS.iloc[:1]]))
     with pytest.raises(ProfileTableError, match="missing column.*regime"):
-        cell_profiles(RUNS.drop(columns="regime"))
+        reliability_profiles(RUNS.drop(columns="regime"))
     no_perturbation = RUNS[~RUNS.condition.str.contains("@")]
     with pytest.raises(ProfileTableError, match="no perturbation run"):
-        cell_profiles(no_perturbation)
+        reliability_profiles(no_perturbation)
 
 
 def test_seed_count_coverage_measures_how_much_few_seeds_under_cover():
     """Issue 10: 5-seed intervals judged against the estimate from all 20 seeds."""
-    profiles = cell_profiles(make_runs(seeds=tuple(range(20))))
+    profiles = reliability_profiles(make_runs(seeds=tuple(range(20))))
     frame = ReferenceFrame.freeze(profiles)
     table = analyses.seed_count_coverage(profiles, frame, n_seeds=5, n_subsets=6, n_resamples=200, rng=0)
     assert len(table) == 15 and table["coverage"].between(0, 1).all() and (table["mean_width"] > 0).all()
     assert table.attrs["n_all_seeds"] == 20 and 0 <= table.attrs["coverage"] <= 1
     with pytest.raises(ProfileTableError, match="demo-seeds20"):
-        analyses.seed_count_coverage(cell_profiles(make_runs(seeds=(0, 1, 2))), frame, n_seeds=5)
+        analyses.seed_count_coverage(reliability_profiles(make_runs(seeds=(0, 1, 2))), frame, n_seeds=5)

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.crs import aggregate_crs, crs_scores
+from crsrepro.score.crs import aggregate_crs, crs_scores
 from crsrepro.data import prepare_dataset
-from crsrepro.data._common import age_groups, subgroup_columns
-from crsrepro.metrics import macro_auroc
-from crsrepro.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
+from crsrepro.data.common import age_groups, subgroup_columns
+from crsrepro.core.metrics import macro_auroc
+from crsrepro.analyse.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
 
 
 def _planted(n=300, n_seeds=2, seed=0):

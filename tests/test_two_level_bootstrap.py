@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 import torch
 
-from crsrepro.metrics import expected_calibration_error, macro_auroc
-from crsrepro.stats import _weighted_ece, case_paired_bootstrap, two_level_bootstrap
+from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+from crsrepro.score.stats import _weighted_ece, case_paired_bootstrap, two_level_bootstrap
 
 
 def multiclass_probs(n_seeds=3, n_cases=80, n_classes=3, encoders=("a", "b"), rng=0):

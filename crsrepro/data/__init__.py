@@ -20,7 +20,7 @@ dataset with the same columns for every dataset:
 
 :func:`prepare_dataset` adds what a run needs on top: it writes the demo world when the profile asks
 for it, attaches the frozen split manifest (:mod:`crsrepro.data.manifests`), and selects MIMIC's
-official test split as the transfer set. Bad input raises :class:`~crsrepro.errors.DataError` naming
+official test split as the transfer set. Bad input raises :class:`~crsrepro.core.errors.DataError` naming
 the file and the row; what is left out on purpose is counted in the log.
 """
 
@@ -36,8 +36,8 @@ import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from crsrepro.data import aptos2019, chexpert, isic2017, isic2019, kermany_cxr, mimic_cxr, nih_cxr14
-from crsrepro.data._common import IMAGE_POLICIES
-from crsrepro.errors import DataError
+from crsrepro.data.common import IMAGE_POLICIES
+from crsrepro.core.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
     name : str
         A dataset id.
     manifest_dir : path, optional
-        Default: :func:`crsrepro.io.manifest_dir`.
+        Default: :func:`crsrepro.core.io.manifest_dir`.
     progress : bool
         Show progress bars while the demo world is written.
     """
@@ -230,7 +230,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
         df = subsample_groups(df, profile.data.subsample[name])
     attrs = dict(df.attrs)
     if spec.trainable:
-        from crsrepro.io import manifest_dir as default_manifest_dir
+        from crsrepro.core.io import manifest_dir as default_manifest_dir
         manifest = load_or_create_manifest(df, dataset=name, profile_name=profile.name,
                                            manifest_dir=default_manifest_dir(manifest_dir),
                                            seed=profile.data.split_seed, run_seeds=profile.seeds)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, read_csv, select_images
+from crsrepro.data.common import check_rows, check_unique, read_csv, select_images
 
 LABEL_NAMES = ["No DR", "Mild", "Moderate", "Severe", "Proliferative DR"]
 TASK = "multiclass"

@@ -13,7 +13,7 @@ column is relative to ``<root>``. train.csv and valid.csv are merged and their o
 191,229 images equal the frontal train + valid images] and counted in the log. A blank label is 0;
 an uncertain -1 follows ``u_policy``. The group is the patient id taken from the path (``patient00001``).
 The subgroup columns (issue 16) are ``sex`` (``Sex``), ``age_group`` (``Age``, binned by
-:func:`~crsrepro.data._common.age_groups`) and ``view`` (``AP/PA``); a csv without ``Sex`` or ``Age``
+:func:`~crsrepro.data.common.age_groups`) and ``view`` (``AP/PA``); a csv without ``Sex`` or ``Age``
 gives ``unknown`` (logged).
 """
 
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
+from crsrepro.data.common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
                                    read_csv, select_images, subgroup_columns)
-from crsrepro.errors import DataError
+from crsrepro.core.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import os
 
 import pandas as pd
 
-from crsrepro.io import content_key
+from crsrepro.core.io import content_key
 
 
 def dataset_content_key(profile, dataset: str, images: pd.DataFrame) -> str:

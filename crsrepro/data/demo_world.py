@@ -68,7 +68,7 @@ from PIL import Image
 from scipy.ndimage import gaussian_filter
 from tqdm import tqdm
 
-from crsrepro.data._common import CHEXPERT_LABELS
+from crsrepro.data.common import CHEXPERT_LABELS
 
 logger = logging.getLogger(__name__)
 

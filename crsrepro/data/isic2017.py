@@ -9,7 +9,7 @@ Release layout read here (the ISIC 2017 challenge downloads, Part 3, unpacked si
 
 A metadata csv may also sit inside its ``*_Data`` folder (as in the challenge zips); where a split has
 none, its age and sex are unknown (logged). The subgroup columns (issue 16) are ``sex`` and
-``age_group`` (from ``age_approximate``, :func:`~crsrepro.data._common.age_groups`); ISIC 2017 has no
+``age_group`` (from ``age_approximate``, :func:`~crsrepro.data.common.age_groups`); ISIC 2017 has no
 anatomic site and no skin-tone labels. The two ground-truth columns are one-hot or both 0:
 neither is a nevus, so there are three classes (:data:`LABEL_NAMES`). The three official splits are
 read in the order Training, Validation, Test and kept in ``source_split`` (``train`` / ``validation``
@@ -17,7 +17,7 @@ read in the order Training, Validation, Test and kept in ``source_split`` (``tra
 
 The release holds byte-identical images under two ids (six pairs, four of them across splits); they
 are detected by content hash and only the first copy in that order is kept [ours], so that no image
-can be in train and test at once (:func:`~crsrepro.data._common.drop_byte_duplicates`; the dropped
+can be in train and test at once (:func:`~crsrepro.data.common.drop_byte_duplicates`; the dropped
 ids are in ``attrs["duplicates"]``). Other files in the image folders (the ``*_superpixels.png`` of
 Part 1/2) are not read.
 """
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import (UNKNOWN, check_rows, check_unique, drop_byte_duplicates, read_csv, select_images,
+from crsrepro.data.common import (UNKNOWN, check_rows, check_unique, drop_byte_duplicates, read_csv, select_images,
                                    subgroup_columns)
-from crsrepro.errors import DataError
+from crsrepro.core.errors import DataError
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ label is UNK, or that is not exactly one-hot over the eight classes, is an error
 in one split; where the lesion id is blank, the group is the image's own id.
 
 The subgroup columns (issue 16) come from the metadata csv: ``sex``, ``age_group`` (from
-``age_approx``, :func:`~crsrepro.data._common.age_groups`) and ``site`` (``anatom_site_general``);
+``age_approx``, :func:`~crsrepro.data.common.age_groups`) and ``site`` (``anatom_site_general``);
 blanks, and columns the csv lacks, are ``unknown`` (counted in the log). ISIC 2019 has no skin-tone
 (Fitzpatrick) labels, so the subgroup question that matters most for dermoscopy cannot be asked of it.
 """
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, read_csv, select_images, subgroup_columns
+from crsrepro.data.common import check_rows, check_unique, read_csv, select_images, subgroup_columns
 
 LABEL_NAMES = ["MEL", "NV", "BCC", "AK", "BKL", "DF", "VASC", "SCC"]
 TASK = "multiclass"

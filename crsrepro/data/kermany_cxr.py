@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import drop_byte_duplicates, log_filtered
-from crsrepro.errors import DataError
+from crsrepro.data.common import drop_byte_duplicates, log_filtered
+from crsrepro.core.errors import DataError
 
 LABEL_NAMES = ["NORMAL", "BACTERIA", "VIRUS"]
 LABEL_NAMES_TWO = ["NORMAL", "PNEUMONIA"]

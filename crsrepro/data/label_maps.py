@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import CHEXPERT_LABELS
+from crsrepro.data.common import CHEXPERT_LABELS
 
 # CheXpert label -> NIH ChestX-ray14 column, in CheXpert's column order.
 CHEXPERT_TO_NIH = {
@@ -40,7 +40,7 @@ def align_chexpert_to_nih(proba: np.ndarray, nih: pd.DataFrame) -> tuple[np.ndar
     ----------
     proba : array of shape (n, 14)
         A CheXpert probe's probabilities for the n NIH images, columns in CheXpert's order
-        (:data:`crsrepro.data._common.CHEXPERT_LABELS`).
+        (:data:`crsrepro.data.common.CHEXPERT_LABELS`).
     nih : pandas.DataFrame
         The same n images as loaded by :mod:`crsrepro.data.nih_cxr14` (its finding columns and
         ``No Finding``), in the same row order.

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.errors import DataError
-from crsrepro.io import atomic_write, content_key, sha256_file
+from crsrepro.core.errors import DataError
+from crsrepro.core.io import atomic_write, content_key, sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str
     dataset, profile_name : str
         Name the file ``<dataset>[_<profile>].csv`` (no suffix for the ``paper`` profile).
     manifest_dir : path
-        Where manifests live (:func:`crsrepro.io.manifest_dir`).
+        Where manifests live (:func:`crsrepro.core.io.manifest_dir`).
     seed : int
         The split seed of the fixed test split, used only when the manifest is created: an existing
         manifest is frozen.

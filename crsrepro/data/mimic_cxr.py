@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data._common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
+from crsrepro.data.common import (CHEXPERT_LABELS, check_rows, check_unique, log_filtered, parse_chexpert_labels,
                                    read_csv, select_images, subgroup_columns)
-from crsrepro.errors import DataError
+from crsrepro.core.errors import DataError
 
 LABEL_NAMES = list(CHEXPERT_LABELS)
 TASK = "multilabel"

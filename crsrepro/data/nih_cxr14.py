@@ -13,7 +13,7 @@ release spells them, e.g. ``Pleural_Thickening``), or ``No Finding`` alone. Each
 column (not a label: it is 1 exactly when the 14 are 0), so that :mod:`crsrepro.data.label_maps` can
 score CheXpert's ``No Finding``. The group is the patient id; the view (PA / AP) is kept. The subgroup
 columns (issue 16) are ``sex`` (``Patient Gender``), ``age_group`` (``Patient Age``, binned by
-:func:`~crsrepro.data._common.age_groups`) and ``view``.
+:func:`~crsrepro.data.common.age_groups`) and ``view``.
 
 Every listed image must exist by default; ``images="present-only"`` [ours] reads the listed images
 that exist and counts the rest in the log, for a user who has downloaded only some of the archives.
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from crsrepro.data._common import check_rows, check_unique, read_csv, select_images, subgroup_columns
+from crsrepro.data.common import check_rows, check_unique, read_csv, select_images, subgroup_columns
 
 # The 14 findings, in the order of Wang et al. (CVPR 2017), spelled as in ``Finding Labels``.
 LABEL_NAMES = ["Atelectasis", "Cardiomegaly", "Effusion", "Infiltration", "Mass", "Nodule", "Pneumonia",

@@ -60,7 +60,7 @@ from crsrepro.encoders.registry import (
     weights_hash,
 )
 from crsrepro.encoders.timm_family import TimmEncoder
-from crsrepro.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 WEIGHTS_RECORD = WEIGHTS_DIR / "demo_weights.json"

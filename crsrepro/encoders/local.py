@@ -49,7 +49,7 @@ from crsrepro.encoders.registry import (
 )
 from crsrepro.encoders.timm_family import timm_from_state_dict
 from crsrepro.encoders.transformers_family import hf_vision_encoder, siglip_vision_model
-from crsrepro.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError
 
 logger = logging.getLogger(__name__)
 

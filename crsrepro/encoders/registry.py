@@ -13,7 +13,7 @@ An :class:`Encoder` (subclassed once per loader family, and by the demo panel) o
   :meth:`Encoder.resize` (:func:`resize_to_input`: ``spec.resize_mode`` ``crop``, the short side to
   ``S = spec.input_size`` then a centre crop, or ``pad``, padded to a square with ``spec.pad_fill`` then
   resized to ``S``; ``spec.interpolation``, antialiased) and the spec's mean/std normalisation. This is
-  the batched tensor path that :mod:`crsrepro.features` uses; it may call :meth:`Encoder.resize` early
+  the batched tensor path that :mod:`crsrepro.extract.features` uses; it may call :meth:`Encoder.resize` early
   (in a data-loader worker), after which ``preprocess`` only normalises.
 - ``forward_features(x, *, layers=("final",))``: ``{layer: float [B, D]}`` for layer names among
   ``spec.layer_taps``, all from ONE forward pass, each pooled as the spec says. Subclasses implement
@@ -64,7 +64,7 @@ import torch
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from crsrepro.errors import MissingWeightsError, UnknownEncoderError
+from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError
 
 logger = logging.getLogger(__name__)
 

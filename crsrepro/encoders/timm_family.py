@@ -29,7 +29,7 @@ from crsrepro.encoders.registry import (
     read_json,
     resolve_weights_folder,
 )
-from crsrepro.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError
 
 logger = logging.getLogger(__name__)
 

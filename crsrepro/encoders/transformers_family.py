@@ -27,7 +27,7 @@ from pathlib import Path
 
 from crsrepro.encoders.registry import (Encoder, EncoderSpec, depth_block_indices, pool_tokens,
                                        resolve_weights_folder)
-from crsrepro.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError
 
 ARCHITECTURES = {"CLIPVisionModel": CLIPVisionModel, "SiglipVisionModel": SiglipVisionModel,
                  "Dinov2Model": Dinov2Model}

@@ -4,13 +4,13 @@ A profile names the datasets, the encoders, the seeds, the label fractions, the 
 probe budget, the bootstrap size and the output folders. Profiles ship as
 ``crsrepro/profiles/{demo,smoke,paper,real-mini}.yaml``; a profile may ``include`` another and override
 keys. :func:`load_profile` is the only way to read one: it validates every key once (an unknown key, a
-missing one or a bad value raises :class:`~crsrepro.errors.ProfileError` naming the file and the key),
+missing one or a bad value raises :class:`~crsrepro.core.errors.ProfileError` naming the file and the key),
 fills in the documented defaults of the optional keys (:data:`DEFAULTS`), and returns a frozen
 :class:`Profile` whose sections are frozen dataclasses, so editors and readers see every attribute.
 
 (The word: a *profile* here is a run configuration, as in ``crsrepro run --profile demo``. The paper's
 four-dimensional *reliability profile* of an encoder on a dataset is always called that in full; see
-:mod:`crsrepro.dimensions`.)
+:mod:`crsrepro.score.dimensions`.)
 
 Paths in a profile may use ``${VAR}`` environment variables. ``${CRSREPRO_HOME}`` defaults to
 ``./.crsrepro``; relative paths resolve against ``$CRSREPRO_HOME/..`` when it is set, else against the
@@ -29,8 +29,9 @@ from typing import Any
 
 import yaml
 
-from crsrepro.errors import ProfileError
-from crsrepro.vocab import CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, U_POLICIES, condition_name
+from crsrepro.core.errors import ProfileError
+from crsrepro.core.vocab import CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, U_POLICIES
+from crsrepro.core.schema import condition_name
 
 PROFILE_DIR = Path(__file__).parent
 PERTURBATION_NAMES = PERTURBATIONS
@@ -256,7 +257,7 @@ class Profile:
         targets = [t for ts in transfer.values() for t in ts]
         robustness = config["robustness_transfer"]
         if robustness is None:
-            from crsrepro.vocab import PAPER_DATASETS
+            from crsrepro.core.vocab import PAPER_DATASETS
             robustness = [t for t in targets if t in PAPER_DATASETS]
         plain = {key: _frozen(config[key]) for key in ("name", "description", "datasets", "encoders", "seeds",
                                                        "label_fractions", "perturbations", "severities",
@@ -308,7 +309,7 @@ class Profile:
 
     def fingerprint(self) -> str:
         """The content key of the validated configuration (what a results table was computed for)."""
-        from crsrepro.io import content_key
+        from crsrepro.core.io import content_key
         return content_key(profile=self.config)
 
 

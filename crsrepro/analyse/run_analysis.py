@@ -1,0 +1,366 @@
+"""One analysis object per run: what every chapter and the claims page read (DESIGN.md section 12).
+
+:class:`RunAnalysis` holds a profile's merged results table and computes, once each and on first use,
+everything the book shows: the runs table, the per-seed and per-cell reliability profiles, the frozen
+reference frame, the CRS scores and their aggregate, the rank agreement, the seed-paired bootstrap and
+every analysis of the paper. Chapters and the claims page read the same object, so they cannot show
+two different numbers for one quantity, and nothing is computed twice.
+
+>>> from crsrepro.analyse.run_analysis import RunAnalysis
+>>> analysis = RunAnalysis.load("smoke")          # doctest: +SKIP
+>>> analysis.aggregate.head(3)                     # doctest: +SKIP
+
+:meth:`RunAnalysis.load` reads ``<output_dir>/results.parquet``; it runs the grid only when asked
+(``run=True``, as ``crsrepro book`` does before executing the chapters: after an upgrade of the package,
+that is what brings the table up to date), when the table is missing, or when it was computed for another
+version of the profile (its recorded fingerprint differs). Reading never writes the frame:
+``crsrepro freeze-frame`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.core.errors import CrsreproError
+from crsrepro.core.io import content_key
+from crsrepro.profiles import Profile, load_profile
+from crsrepro.run.results import ResultStore, keys_hash, load_results, runs_table
+from crsrepro.core.schema import is_transfer
+from crsrepro.core.vocab import MEDICAL_FAMILIES
+
+logger = logging.getLogger(__name__)
+
+
+class RunAnalysis:
+    """The analyses of one run of a profile, computed on first use and cached.
+
+    Parameters
+    ----------
+    profile : Profile or str
+    results : DataFrame
+        The tidy results table (:mod:`crsrepro.run.results`).
+    manifest_dir : path, optional
+        Where the frozen frame and manifests live (:func:`crsrepro.core.io.manifest_dir`).
+    rng : int, default 0
+        The seed of every resampling analysis (bootstrap, insertion experiment).
+    """
+
+    def __init__(self, profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None,
+                 rng: int = 0):
+        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.results = results
+        self.manifest_dir = manifest_dir
+        self.rng = rng
+
+    @classmethod
+    def load(cls, profile: Profile | str, *, run: bool = False, manifest_dir: Path | None = None,
+             progress: bool = False, rng: int = 0, executor: str = "local") -> "RunAnalysis":
+        """The analysis of ``profile``'s results, running the grid only when needed (see the module docstring)
+        on ``executor`` (default: a process pool over the cores, :mod:`crsrepro.run.executor`)."""
+        from crsrepro.run.grid import run_grid
+
+        profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        path = ResultStore(profile.output_path).merged_path
+        results = load_results(profile.output_path) if path.is_file() and not run else None
+        if results is not None and results.attrs.get("profile_fingerprint") != profile.fingerprint():
+            logger.info("%s was computed for another version of profile %s; updating it", path, profile.name)
+            results = None
+        if results is None:
+            results = run_grid(profile, manifest_dir=manifest_dir, progress=progress, executor=executor)
+        return cls(profile, results, manifest_dir=manifest_dir, rng=rng)
+
+    # ------------------------------------------------------------------ the tables
+    @cached_property
+    def results_hash(self) -> str:
+        """The hash of the results table: :func:`crsrepro.run.results.keys_hash` of its row-sets (a table
+        built by hand, without row-sets, is hashed by its content)."""
+        if self.results.attrs.get("keys_hash"):
+            return self.results.attrs["keys_hash"]
+        if "rowset" in self.results.columns:
+            return keys_hash(self.results["rowset"].unique().tolist())
+        return content_key(rows=pd.util.hash_pandas_object(self.results, index=False).tolist())
+
+    @cached_property
+    def runs(self) -> pd.DataFrame:
+        """One row per run, one column per metric (:func:`crsrepro.run.results.runs_table`), without the
+        transfer conditions that the profile keeps out of robustness (``robustness_transfer``)."""
+        runs = runs_table(self.results)
+        kept = runs["condition"].map(lambda c: not is_transfer(c) or c in self.profile.robustness_transfer)
+        return runs[kept].reset_index(drop=True)
+
+    @cached_property
+    def all_runs(self) -> pd.DataFrame:
+        """Every run, including transfer sets outside robustness (e.g. NIH ChestX-ray14)."""
+        return runs_table(self.results)
+
+    @cached_property
+    def reliability_profiles(self) -> pd.DataFrame:
+        """Per (encoder, dataset, seed): the four raw dimensions (DESIGN.md section 8)."""
+        from crsrepro.score.dimensions import reliability_profiles
+
+        return reliability_profiles(self.runs)
+
+    @cached_property
+    def cell_means(self) -> pd.DataFrame:
+        """Per (encoder, dataset): the four raw dimensions averaged over seeds."""
+        from crsrepro.score.crs import cell_means
+
+        return cell_means(self.reliability_profiles)
+
+    # ------------------------------------------------------------------ the frame and the CRS
+    @cached_property
+    def frame(self):
+        """The profile's frozen reference frame (read only; :func:`crsrepro.run.grid.freeze_frame` writes it)."""
+        from crsrepro.run.grid import reference_frame
+
+        return reference_frame(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def frame_warning(self) -> str | None:
+        """A one-line warning when the frame was frozen from other results than these, else None."""
+        message = self.frame.check_results(self.results_hash)
+        if message:
+            message += (f"; the scores below are against that frame. Re-freeze it with `crsrepro freeze-frame "
+                        f"--profile {self.profile.name} --overwrite` if these results are the new reference")
+            logger.warning(message)
+        return message
+
+    @cached_property
+    def scores(self) -> pd.DataFrame:
+        """The CRS and its components per cell, against the frozen frame."""
+        from crsrepro.score.crs import crs_scores
+
+        return crs_scores(self.reliability_profiles, self.frame)
+
+    @cached_property
+    def aggregate(self) -> pd.DataFrame:
+        """Per encoder: mean CRS and AUROC over its cells, with both ranks, best CRS first."""
+        from crsrepro.score.crs import aggregate_crs
+
+        return aggregate_crs(self.scores)
+
+    @cached_property
+    def rank_agreement(self):
+        """AUROC order vs CRS order: Kendall tau-b, Spearman rho, reversed pairs, rank shifts."""
+        from crsrepro.score.stats import rank_agreement
+
+        return rank_agreement(self.aggregate["auroc"].to_dict(), self.aggregate["crs"].to_dict())
+
+    @cached_property
+    def bootstrap(self):
+        """The seed-paired bootstrap (``bootstrap.n_resamples`` replicates, DESIGN.md section 10)."""
+        from crsrepro.score.stats import seed_paired_bootstrap
+
+        return seed_paired_bootstrap(self.reliability_profiles, self.frame,
+                                     n_resamples=self.profile.bootstrap.n_resamples, rng=self.rng)
+
+    @cached_property
+    def seed_variance(self) -> pd.DataFrame:
+        """Per cell, the SD over seeds of each dimension (issue 10: a seed must vary D, C and R)."""
+        from crsrepro.score.stats import seed_variance
+
+        return seed_variance(self.reliability_profiles)
+
+    @cached_property
+    def has_seed_variance(self) -> bool:
+        """Whether D, C and R vary across seeds in every cell: the seed bootstrap's intervals mean
+        something only then (the claims page marks its bootstrap claims comparable only if so)."""
+        from crsrepro.score.stats import has_seed_variance
+
+        return has_seed_variance(self.reliability_profiles)
+
+    def case_probabilities(self, dataset: str, *, condition: str = "clean", recalibrator: str = "none"):
+        """The full-label linear probe's per-case probabilities of every encoder on ``dataset`` under a
+        test ``condition``, as stored by the grid (:data:`crsrepro.run.results.CASES_LAYOUT`; the seeds' val
+        splits differ in size, so read them with :meth:`crsrepro.run.results.ResultStore.read_cases`).
+
+        Returns
+        -------
+        labels : array
+            The test labels (``(N,)`` class ids or ``(N, L)`` with NaN masked), the same for every encoder.
+        probs : dict
+            ``{encoder: float16 array (seeds, N, K)}``, seeds in ``profile.seeds`` order.
+        """
+        from crsrepro.analyse.operating_points import full_label_rowsets
+
+        store = ResultStore(self.profile.output_path)
+        keys = full_label_rowsets(self, dataset)  # raises when there is no full-label linear probe
+        cases = condition if is_transfer(condition) else "clean"  # the test split (CASES_LAYOUT)
+        labels, probs = None, {}
+        for encoder in sorted(keys.index.get_level_values("encoder").unique()):
+            arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
+            labels = arrays[0][f"labels|{cases}"]
+            probs[encoder] = np.stack([a[f"probs|{condition}|{recalibrator}"] for a in arrays])
+        return labels, probs
+
+    @cached_property
+    def two_level_bootstrap(self) -> dict:
+        """Per dataset, the two-level (seeds x test cases) paired bootstrap of D and C
+        (``bootstrap.n_case_resamples`` replicates; on the GPU when ``probe.device`` is one)."""
+        from crsrepro.data import get_spec
+        from crsrepro.score.stats import two_level_bootstrap
+
+        device = self.profile.probe.device
+        out = {}
+        for dataset in self.profile.datasets:
+            labels, probs = self.case_probabilities(dataset)
+            out[dataset] = two_level_bootstrap(labels, probs, task=get_spec(dataset).task,
+                                               n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng,
+                                               device=device)
+        return out
+
+    def seed_count_coverage(self, n_seeds: int = 5, n_subsets: int = 40):
+        """How often an ``n_seeds``-seed bootstrap interval contains this run's all-seed estimate
+        (:func:`crsrepro.analyse.findings.seed_count_coverage`; needs a run with many seeds, such as the
+        ``demo-seeds20`` profile). The frame is frozen in memory from this run's own panel."""
+        from crsrepro.analyse.findings import seed_count_coverage
+        from crsrepro.score.crs import ReferenceFrame
+
+        return seed_count_coverage(self.reliability_profiles, ReferenceFrame.freeze(self.reliability_profiles),
+                                   n_seeds=n_seeds, n_subsets=n_subsets, rng=self.rng)
+
+    # ------------------------------------------------------------------ the paper's analyses
+    @cached_property
+    def insertion(self):
+        """The insertion experiment: 3 encoders into a panel, fixed anchors vs cohort normalisation."""
+        from crsrepro.analyse.findings import insertion_experiment
+
+        n_encoders = self.reliability_profiles["encoder"].nunique()
+        if n_encoders < 5:
+            raise CrsreproError(f"the insertion experiment needs at least 5 encoders, this run has {n_encoders}")
+        return insertion_experiment(self.reliability_profiles, panel_size=min(12, n_encoders - 3), rng=self.rng)
+
+    def external_validity(self, source: str = "chexpert", target: str = "mimic_cxr"):
+        """CRS without the transfer term vs transfer AUROC, against source AUROC (DESIGN.md section 10)."""
+        from crsrepro.analyse.findings import external_validity
+
+        return external_validity(self.runs, source=source, target=target)
+
+    @cached_property
+    def leave_one_dataset_out(self) -> pd.DataFrame:
+        from crsrepro.analyse.findings import leave_one_dataset_out
+
+        return leave_one_dataset_out(self.scores)
+
+    @cached_property
+    def control_agreement(self) -> pd.DataFrame:
+        """AUROC rank agreement of the MLP and k-NN controls with the linear probe, per dataset."""
+        from crsrepro.analyse.findings import control_probe_agreement
+
+        return control_probe_agreement(self.runs)
+
+    @cached_property
+    def probe_conclusions(self) -> pd.DataFrame:
+        """AUROC vs CRS rank agreement under the linear probe and each control (issue 10)."""
+        from crsrepro.analyse.findings import probe_conclusions
+
+        return probe_conclusions(self.runs)
+
+    @cached_property
+    def recalibration(self):
+        """ECE before and after each recalibrator, per cell and overall."""
+        from crsrepro.analyse.findings import recalibration_summary
+
+        return recalibration_summary(self.runs)
+
+    @cached_property
+    def degradation(self):
+        """ECE rise and AUROC drop under the perturbations, and their correlation over cells."""
+        from crsrepro.analyse.findings import calibration_under_degradation
+
+        return calibration_under_degradation(self.runs)
+
+    def transfer_test(self, source: str = "chexpert", target: str = "mimic_cxr"):
+        """Welch's t-test on transfer AUROC, medical-pretrained vs general encoders."""
+        from crsrepro.analyse.findings import welch_transfer_test
+
+        return welch_transfer_test(self.all_runs, source=source, target=target, medical_families=MEDICAL_FAMILIES)
+
+    @cached_property
+    def aulc_vs_retention(self):
+        from crsrepro.analyse.findings import aulc_vs_retention
+
+        return aulc_vs_retention(self.runs)
+
+    def absolute_label_efficiency(self, fraction: float = 0.01, reference_encoder: str = "general.vit_b16"):
+        from crsrepro.analyse.findings import absolute_label_efficiency
+
+        return absolute_label_efficiency(self.runs, fraction=fraction, reference_encoder=reference_encoder)
+
+    # ------------------------------------------------------------------ layer depth and LoRA (chapters 06, 07)
+    @cached_property
+    def depth(self) -> pd.DataFrame:
+        """The layer-depth sweep's per-seed profiles (chapter 06; :func:`crsrepro.run.depth.sweep`, keyed and cached)."""
+        from crsrepro.run.depth import sweep
+
+        return sweep(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def lora_results(self) -> pd.DataFrame:
+        """The LoRA grid's tidy rows (regime ``lora``; :func:`crsrepro.run.lora.lora_grid`, keyed and cached)."""
+        from crsrepro.run.lora import lora_grid
+
+        return lora_grid(self.profile, manifest_dir=self.manifest_dir)
+
+    @cached_property
+    def lora(self):
+        """Frozen vs LoRA (chapter 07): :func:`crsrepro.run.lora.compare`, both scored with the frozen frame."""
+        from crsrepro.run.lora import compare, lora_profiles
+
+        return compare(self.reliability_profiles, lora_profiles(self.lora_results), frame=self.frame)
+
+    # ------------------------------------------------------------------ the claims page
+    @cached_property
+    def measurements(self) -> dict:
+        """Every measurement the claims file names that this run supports (:mod:`crsrepro.present.measurements`)."""
+        from crsrepro.present.measurements import measure
+
+        return measure(self)
+
+    @cached_property
+    def multiverse(self) -> pd.DataFrame:
+        """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.analyse.sensitivity.multiverse`)."""
+        from crsrepro.analyse.sensitivity import multiverse
+
+        return multiverse(self, rng=self.rng)
+
+    @cached_property
+    def claims(self) -> pd.DataFrame:
+        """The claims table: the paper's numbers beside this run's (:func:`crsrepro.present.claims.claims_table`),
+        with the multiverse share of the claims that depend on an [ours] choice of the CRS.
+
+        Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim
+        takes minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run
+        from the grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :meth:`claims_key`: the
+        first chapter computes it, the others read it.
+        """
+        from crsrepro.present.claims import claims_table, load_claims
+        from crsrepro.core.io import atomic_write
+        from crsrepro.present.measurements import multiverse_shares
+
+        key = self.claims_key()
+        path = Path(self.profile.output_path) / "claims" / f"{key}.pkl" if key else None
+        if path is not None and path.is_file():
+            return pd.read_pickle(path)
+        table = claims_table(load_claims(), self.measurements, profile_name=self.profile.name,
+                             multiverse=multiverse_shares(self.multiverse))
+        if path is not None:
+            atomic_write(path, lambda f: table.to_pickle(f))
+        return table
+
+    def claims_key(self) -> str | None:
+        """The key of the cached claims table: the row-sets of the results (:attr:`results_hash`), the
+        profile's fingerprint, every file in the manifest folder (frozen frame, splits, the claims ledger),
+        every file of the package and the resampling seed. None for a table built by hand (no row-sets):
+        such a table is never cached."""
+        from crsrepro.core.io import folder_digest, manifest_dir, package_digest
+
+        if "rowset" not in self.results.columns and not self.results.attrs.get("keys_hash"):
+            return None
+        return content_key(results=self.results_hash, profile=self.profile.fingerprint(), rng=self.rng,
+                           manifests=folder_digest(manifest_dir(self.manifest_dir)), package=package_digest())

@@ -1,0 +1,573 @@
+"""How much of the ranking is the protocol? The multiverse of the [ours] choices (issue 15, beyond the paper).
+
+The CRS rests on choices the paper does not publish (DESIGN.md sections 8 and 9): the normalisation
+anchors, the proximity formula, the R_raw aggregate, weak or strict dominance, the multi-label ECE,
+the weights, the C budget. :func:`load_space` reads the declared alternatives
+(``crsrepro/analyse/sensitivity_space.yaml``, each choice a small documented set whose first level is the
+package's own), :func:`multiverse` recomputes the scores and rankings of every combination from the
+stored results, and :func:`conclusions` says, for each conclusion of the paper that depends on the
+CRS, in what share of the multiverse it holds for this run.
+
+How a combination is scored
+---------------------------
+- The raw dimensions are rebuilt once per (R_raw aggregate, multi-label ECE, C budget) from the runs
+  table (:func:`crsrepro.score.dimensions.reliability_profiles`); no probe is refitted and no feature is
+  extracted. The multi-label ECE only changes the multi-label datasets (CheXpert).
+- ``anchors: fixed`` normalises with the frozen frame's anchors and scores against the frame's
+  frozen peer profiles, as the book's CRS does; when the raw dimensions are not the default ones
+  the peers are the run's own profiles normalised with the frame's anchors (a frame re-frozen from
+  them). ``minmax`` and ``zscore`` re-normalise against the current panel, dataset by dataset, and
+  count dominance within it: they are *cohort-style* scores (the paper's insertion experiment shows
+  what that costs), offered as alternatives, not as a recommendation.
+- Every level of every other choice is an array axis: one pass computes all combinations at once
+  (numpy broadcasting over combinations, cells, peers and replicates).
+- The combination of first levels reproduces ``analysis.scores["crs"]`` and
+  ``analysis.aggregate["crs"]`` bit for bit (``tests/test_sensitivity.py``): the same operations in
+  the same order, and the encoder means use pandas' compensated summation (:func:`_kahan_mean`).
+- ``P(rank 1)`` comes from a seed bootstrap inside each combination: ``n_resamples`` (default 200
+  **[ours]**, cheap and enough for a share to 0.05) draws of the seeds with replacement, shared by
+  every combination (common random numbers, so differences between combinations are not draw noise),
+  each replicate scored against its own resampled peers as in :func:`crsrepro.score.stats.seed_paired_bootstrap`.
+- The external-validity rho is :func:`crsrepro.analyse.findings.external_validity` under each combination:
+  the profiles are rebuilt without the transfer drop, scored against the panel itself, and the
+  encoders' aggregate CRS is compared (Spearman) with their transfer AUROC.
+
+Examples
+--------
+>>> from crsrepro.analyse.run_analysis import RunAnalysis           # doctest: +SKIP
+>>> analysis = RunAnalysis.load("demo")                  # doctest: +SKIP
+>>> table = multiverse(analysis, load_space())           # doctest: +SKIP
+>>> conclusions(table, analysis)                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+from scipy.special import ndtr
+from scipy.stats import rankdata
+
+from crsrepro.score.crs import DEFAULT_ANCHORS, DIMENSIONS, cell_means, normalise
+from crsrepro.data import get_spec
+from crsrepro.score.dimensions import ProfileTableError, reliability_profiles
+from crsrepro.core.errors import CrsreproError
+from crsrepro.core.metrics import robustness_raw
+from crsrepro.score.stats import _as_generator, _per_seed_array, _seed_weights
+
+logger = logging.getLogger(__name__)
+
+SPACE_PATH = Path(__file__).parent / "sensitivity_space.yaml"
+"""The shipped sensitivity space."""
+
+LEVELS = {
+    "anchors": ("fixed", "minmax", "zscore"),
+    "proximity": ("l2", "l1", "chebyshev"),
+    "robustness": ("mean_max", "mean", "worst"),
+    "dominance": ("weak", "strict"),
+    "multilabel_ece": ("top_label", "classwise"),
+    "c_budget": ("nested_val", "full_val"),
+}
+"""Every level a choice may take; the first is the package's own (documented in the space file)."""
+CHOICES = ("anchors", "proximity", "robustness", "dominance", "multilabel_ece", "weights", "c_budget")
+"""The choices of the space, in the order of the table's columns."""
+ROBUSTNESS = {"mean_max": robustness_raw,
+              "mean": lambda drops: float(1.0 - np.mean(drops)),
+              "worst": lambda drops: float(1.0 - np.max(drops))}
+"""R_raw from a cell's AUROC drops, per level of ``robustness``."""
+ECE_METRIC = {"top_label": "ece", "classwise": "classwise_ece"}
+"""The runs-table column read as C of a multi-label dataset, per level of ``multilabel_ece``."""
+
+ROBUST, FRAGILE = 0.90, 0.50
+"""A conclusion holding in >= 90 % of the multiverse is *robust*, in < 50 % *fragile* **[ours]**."""
+TAU_TOLERANCE = 0.10
+"""Kendall tau "holds" within this distance of the default's **[ours]**."""
+REVERSAL_TOLERANCE = 0.25
+"""Reversed pairs "hold" within this share of the default's count (at least 1) **[ours]**."""
+N_MOVES = 4
+"""How many rank moves (the largest |rank_AUROC - rank_CRS| of the default) are followed, as the paper names four."""
+
+
+class SensitivityError(CrsreproError, ValueError):
+    """A sensitivity-space file has an unknown or missing key or a bad value, or a table lacks its default."""
+
+
+# --------------------------------------------------------------------------- the space
+
+@dataclass(frozen=True)
+class Space:
+    """A validated sensitivity space (:func:`load_space`).
+
+    Attributes
+    ----------
+    levels : dict
+        ``{choice: tuple of levels}`` for every choice but ``weights``; the first level is the default.
+    weights : tuple of (pareto, proximity, worst)
+        The weight grid, the default first.
+    requires : dict
+        ``{choice: text}``: what a choice's non-default levels need (``c_budget``).
+    path : Path
+    """
+
+    levels: dict
+    weights: tuple
+    requires: dict = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        """The number of declared combinations (before levels without rows are skipped)."""
+        return int(np.prod([len(v) for v in self.levels.values()])) * len(self.weights)
+
+
+def _weight_grid(default, step, radius) -> tuple:
+    """The simplex points on a ``step`` lattice around ``default`` with every weight within ``radius`` of it."""
+    reach = int(np.floor(radius / step + 1e-9))
+    grid = [tuple(default)]
+    for i, j in itertools.product(range(-reach, reach + 1), repeat=2):
+        w = (round(default[0] + i * step, 10), round(default[1] + j * step, 10),
+             round(default[2] - (i + j) * step, 10))
+        if (i, j) != (0, 0) and abs(i + j) <= reach and min(w) >= 0:
+            grid.append(w)
+    return tuple(grid)
+
+
+def load_space(path: str | Path | None = None) -> Space:
+    """Read and validate a sensitivity space (default: the shipped ``crsrepro/analyse/sensitivity_space.yaml``).
+
+    Raises
+    ------
+    SensitivityError
+        An unknown or missing key, an unknown level, a first level that is not the package's own,
+        or bad weights; the message names the file and the key.
+    """
+    path = Path(path) if path is not None else SPACE_PATH
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise SensitivityError(f"{path}: cannot read the sensitivity space ({error})") from error
+    if not isinstance(data, dict):
+        raise SensitivityError(f"{path}: the sensitivity space must be a mapping of choices")
+    for key in data:
+        if key not in CHOICES:
+            raise SensitivityError(f"{path}: unknown key {key!r} (choices: {', '.join(CHOICES)})")
+    for key in CHOICES:
+        if not isinstance(data.get(key), dict):
+            raise SensitivityError(f"{path}: key {key!r} is missing or not a mapping")
+    levels, requires = {}, {}
+    for choice, allowed in LEVELS.items():
+        entry = data[choice]
+        for key in entry:
+            if key not in ("levels", "requires"):
+                raise SensitivityError(f"{path}: unknown key {choice}.{key} (expected levels, requires)")
+        values = entry.get("levels")
+        if not isinstance(values, list) or not values or len(set(values)) != len(values):
+            raise SensitivityError(f"{path}: {choice}.levels must be a non-empty list without repeats")
+        for value in values:
+            if value not in allowed:
+                raise SensitivityError(f"{path}: {choice}.levels: unknown level {value!r} (one of {', '.join(allowed)})")
+        if values[0] != allowed[0]:
+            raise SensitivityError(f"{path}: {choice}.levels must start with the package's own choice {allowed[0]!r}")
+        levels[choice] = tuple(values)
+        if "requires" in entry:
+            requires[choice] = str(entry["requires"])
+    weights = data["weights"]
+    for key in weights:
+        if key not in ("default", "step", "radius"):
+            raise SensitivityError(f"{path}: unknown key weights.{key} (expected default, step, radius)")
+    default, step, radius = weights.get("default"), weights.get("step"), weights.get("radius")
+    if (not isinstance(default, list) or len(default) != 3 or not all(isinstance(w, (int, float)) and w >= 0
+                                                                      for w in default)
+            or abs(sum(default) - 1) > 1e-9):
+        raise SensitivityError(f"{path}: weights.default must be three non-negative numbers summing to 1")
+    if not (isinstance(step, (int, float)) and step > 0 and isinstance(radius, (int, float)) and radius >= 0):
+        raise SensitivityError(f"{path}: weights.step must be positive and weights.radius non-negative")
+    return Space(levels=levels, weights=_weight_grid([float(w) for w in default], float(step), float(radius)),
+                 requires=requires, path=path)
+
+
+# --------------------------------------------------------------------------- the raw dimensions
+
+def _runs_with_budget(analysis, level: str):
+    """The runs computed with C budget ``level``, or None when the runs table holds none."""
+    runs = analysis.runs
+    if "c_selection" in runs.columns:
+        chosen = runs[runs["c_selection"] == level]
+        return chosen if len(chosen) else None
+    return runs if level == analysis.profile.probe.c_selection else None
+
+
+def _variant_profiles(runs, robustness: str, ece: str, *, include_transfer: bool):
+    """Per-seed reliability profiles under one R_raw aggregate and one multi-label ECE."""
+    profiles = reliability_profiles(runs, include_transfer=include_transfer, robustness=ROBUSTNESS[robustness])
+    if ece != "top_label":
+        other = reliability_profiles(runs, include_transfer=include_transfer, ece_metric=ECE_METRIC[ece])
+        multilabel = profiles["dataset"].map(lambda d: get_spec(d).task == "multilabel").to_numpy()
+        profiles = profiles.assign(ece=np.where(multilabel, other["ece"].to_numpy(), profiles["ece"].to_numpy()))
+    return profiles
+
+
+# --------------------------------------------------------------------------- normalising and scoring
+
+def _panel_normalise(raw: np.ndarray, datasets: np.ndarray, level: str) -> np.ndarray:
+    """Normalise ``raw`` (..., cells, R, 4) against the panel of each dataset (axis -3), replicate by replicate.
+
+    ``minmax``: ``(x - worst) / (best - worst)``; ``zscore``: the standard normal CDF of
+    ``(x - mean) / sd`` (population SD), sign flipped for the lower-is-better ECE. A constant
+    dimension maps to 1 (as :func:`crsrepro.score.crs.crs_scores` in cohort mode).
+    """
+    sign = np.array([1.0 if DEFAULT_ANCHORS[d][1] > DEFAULT_ANCHORS[d][0] else -1.0 for d in DIMENSIONS])
+    x = raw * sign
+    p = np.ones_like(raw)
+    for dataset in np.unique(datasets):
+        rows = datasets == dataset
+        xd = x[..., rows, :, :]
+        if level == "minmax":
+            low, span = xd.min(-3, keepdims=True), np.ptp(xd, axis=-3, keepdims=True)
+            p[..., rows, :, :] = np.divide(xd - low, span, out=np.ones_like(xd), where=span > 0)
+        else:
+            sd = xd.std(-3, keepdims=True)
+            z = np.divide(xd - xd.mean(-3, keepdims=True), sd, out=np.full_like(xd, np.inf), where=sd > 0)
+            p[..., rows, :, :] = ndtr(z)
+    return p
+
+
+def _components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray) -> dict:
+    """Pareto share (weak, strict), proximity (l2, l1, chebyshev) and worst of ``p`` against ``reference``.
+
+    ``p`` is (..., n, R, 4), ``reference`` (..., m, R, 4) and ``peers`` a bool (n, m) mask. The
+    default levels repeat the operations of :func:`crsrepro.score.crs.crs_components` exactly.
+    """
+    ahead = p[..., :, None, :, :] >= reference[..., None, :, :, :]  # (..., n, m, R, 4)
+    strictly = p[..., :, None, :, :] > reference[..., None, :, :, :]
+    mask = peers[:, :, None]
+    n_peers = mask.sum(-2)
+    if np.any(n_peers == 0):
+        raise SensitivityError("a cell has no peer on its dataset (the panel needs at least two encoders per dataset)")
+    gap = 1.0 - p
+    return {
+        "weak": (ahead.all(-1) & strictly.any(-1) & mask).sum(-2) / n_peers,
+        "strict": (strictly.all(-1) & mask).sum(-2) / n_peers,
+        "l2": 1.0 - np.sqrt((gap ** 2).sum(-1)) / 2.0,
+        "l1": 1.0 - gap.sum(-1) / 4.0,
+        "chebyshev": 1.0 - gap.max(-1),
+        "worst": p.min(-1),
+    }
+
+
+def _cell_components(p: np.ndarray, cells: pd.DataFrame, frozen=None) -> dict:
+    """The components of every cell (:func:`_components`), arrays (..., cells, R) from ``p`` (..., cells, R, 4).
+
+    Every cell is compared with the panel's other encoders on its dataset; ``frozen`` optionally
+    gives ``(index, frame)``: the cells of ``p[index]`` (R = 1) are scored against the frame's
+    frozen reference profiles instead.
+    """
+    encoders, datasets = cells["encoder"].to_numpy(), cells["dataset"].to_numpy()
+    out = {}
+    for dataset in np.unique(datasets):
+        rows = np.flatnonzero(datasets == dataset)
+        parts = _components(p[..., rows, :, :], p[..., rows, :, :], encoders[rows, None] != encoders[None, rows])
+        if frozen is not None:
+            index, frame = frozen
+            ref_encoders, reference = frame.reference_for(dataset)
+            frozen_parts = _components(p[index][rows], reference[:, None, :],
+                                       encoders[rows, None] != ref_encoders[None, :])
+        for k, values in parts.items():
+            out.setdefault(k, np.empty(p.shape[:-1]))[..., rows, :] = values
+            if frozen is not None:
+                out[k][index][rows] = frozen_parts[k]
+    return out
+
+
+def _crs(parts: dict, space: Space) -> np.ndarray:
+    """CRS = w_pareto pareto + w_proximity proximity + w_worst worst for every level and weight:
+    array (dominance, proximity, weights, *shape of the parts)."""
+    worst = parts["worst"]
+    pareto = np.stack([parts[k] for k in space.levels["dominance"]])[:, None, None]
+    proximity = np.stack([parts[k] for k in space.levels["proximity"]])[None, :, None]
+    w = np.array(space.weights).T.reshape((3, 1, 1, len(space.weights)) + (1,) * worst.ndim)
+    return w[0] * pareto + w[1] * proximity + w[2] * worst
+
+
+def _choices_first(values: np.ndarray) -> np.ndarray:
+    """(D, P, K, V, A, ...) -> (V, A, D, P, K, ...): the axes in the order of the table's loop."""
+    return np.moveaxis(values, (0, 1, 2), (2, 3, 4))
+
+
+def _kahan_mean(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """Group means over the cell axis (-1) with pandas' compensated summation, so the default
+    combination's encoder means equal ``analysis.aggregate`` (a ``groupby().mean()``) bit for bit."""
+    total = np.zeros(values.shape[:-1] + (n_groups,))
+    compensation = np.zeros_like(total)
+    for i, g in enumerate(groups):
+        y = values[..., i] - compensation[..., g]
+        t = total[..., g] + y
+        compensation[..., g] = (t - total[..., g]) - y
+        total[..., g] = t
+    return total / np.bincount(groups, minlength=n_groups)
+
+
+def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kendall tau-b and the reversed pairs of the rows of ``y`` (..., n) against ``x`` (n,), as
+    :func:`crsrepro.score.stats.rank_agreement`."""
+    i, j = np.triu_indices(x.shape[-1], k=1)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[..., i] - y[..., j])
+    concordant, discordant = (sx * sy > 0).sum(-1), (sx * sy < 0).sum(-1)
+    untied = np.sqrt((sx != 0).sum() * (sy != 0).sum(-1))
+    tau = np.divide(concordant - discordant, untied, out=np.full(untied.shape, np.nan), where=untied > 0)
+    return tau, discordant
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman rho of the rows of ``x`` (..., n) with ``y`` (n,): Pearson of the average ranks."""
+    rx, ry = rankdata(x, axis=-1), rankdata(y)
+    rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean()
+    return (rx * ry).sum(-1) / np.sqrt((rx ** 2).sum(-1) * (ry ** 2).sum())
+
+
+# --------------------------------------------------------------------------- the multiverse
+
+def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, rng=0) -> pd.DataFrame:
+    """Scores and rankings of every combination of the space (see the module docstring).
+
+    Parameters
+    ----------
+    analysis : crsrepro.analyse.run_analysis.RunAnalysis
+        Its runs, per-seed reliability profiles and frozen frame are read; nothing is refitted.
+    space : Space, optional
+        Default :func:`load_space` ().
+    n_resamples : int, default 200 **[ours]**
+        Seed-bootstrap replicates per combination for ``p_rank1_leader`` and ``p_rank1_top``.
+    rng : int or numpy Generator, default 0
+
+    Returns
+    -------
+    DataFrame
+        One row per combination: the choices (:data:`CHOICES`; ``weights`` as ``"0.60/0.25/0.15"``),
+        ``is_default``, ``ranking`` (tuple of encoders, best first; ties broken by encoder id),
+        ``leader``, ``top3`` (sorted tuple), ``auroc_ranking``, ``kendall_tau`` and
+        ``reversed_pairs`` (against the AUROC order), ``p_rank1_leader``, ``p_rank1_top`` (the
+        P(rank 1) of the combination's top three, as text), ``rho_crs`` and ``rho_auroc`` (external
+        validity; NaN without transfer runs). ``attrs``: ``encoders``, ``cells`` (encoder, dataset),
+        ``aggregate_crs`` (combinations x encoders), ``cell_crs`` (combinations x cells) and ``notes``
+        (what was skipped, and why).
+    """
+    space = space or load_space()
+    notes = []
+    budgets = {}
+    for level in space.levels["c_budget"]:
+        runs = _runs_with_budget(analysis, level)
+        if runs is None:
+            notes.append(f"c_budget {level} skipped: it needs {space.requires.get('c_budget', 'rows computed with it')}, "
+                         "and the runs table holds none")
+        else:
+            budgets[level] = runs
+    eces = list(space.levels["multilabel_ece"])
+    if "classwise" in eces and "classwise_ece" not in analysis.runs.columns:
+        eces.remove("classwise")
+        notes.append("multilabel_ece classwise skipped: the runs table has no classwise_ece metric")
+    if tuple(space.weights[0]) != tuple(analysis.frame.weights[c] for c in ("pareto", "proximity", "worst")):
+        notes.append(f"the frame's weights {analysis.frame.weights} differ from the space's default {space.weights[0]}: "
+                     "no combination is the book's CRS")
+    variants = [(c, r, e) for c in budgets for r in space.levels["robustness"] for e in eces]
+    default_variant = (space.levels["c_budget"][0], "mean_max", "top_label")
+
+    def profiles_of(variant, include_transfer):
+        if variant == default_variant and include_transfer and budgets[variant[0]] is analysis.runs:
+            return analysis.reliability_profiles
+        return _variant_profiles(budgets[variant[0]], variant[1], variant[2], include_transfer=include_transfer)
+
+    per_seed = [profiles_of(v, True) for v in variants]
+    cells, seeds, _ = _per_seed_array(per_seed[0])
+    tables = [cell_means(t) for t in per_seed]
+    if any(not t[["encoder", "dataset"]].equals(cells) for t in tables):
+        raise SensitivityError("the variants of the reliability profiles cover different cells")
+    means = np.stack([t[list(DIMENSIONS)].to_numpy(float) for t in tables])             # (V, cells, 4)
+    seed_values = np.stack([_per_seed_array(t)[2] for t in per_seed])                   # (V, cells, S, 4)
+    draws = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
+    raw = np.concatenate([means[:, :, None], np.einsum("bs,vcsk->vcbk", draws, seed_values)], axis=2)
+    anchors = space.levels["anchors"]
+    p = _normalise_all(raw, cells, anchors, analysis.frame)                               # (V, A, cells, R, 4)
+    frozen = None
+    if default_variant in variants:  # the book's CRS: the frame's anchors and its frozen peers
+        frozen = ((variants.index(default_variant), 0, slice(None), slice(0, 1)), analysis.frame)
+    parts = _cell_components(p, cells, frozen=frozen)                                     # each (V, A, cells, R)
+
+    encoders = np.sort(cells["encoder"].unique())
+    group = np.searchsorted(encoders, cells["encoder"].to_numpy())
+    point_cells = _choices_first(_crs({k: v[..., 0] for k, v in parts.items()}, space))    # (V, A, D, P, K, cells)
+    aggregate = _kahan_mean(point_cells, group, len(encoders))                            # (V, A, D, P, K, E)
+    by_encoder = {k: _kahan_mean(np.moveaxis(v[..., 1:], -1, -2), group, len(encoders)) for k, v in parts.items()}
+    leaders = _crs(by_encoder, space).argmax(-1)                                          # (D, P, K, V, A, B)
+    p_rank1 = _choices_first((leaders[..., None] == np.arange(len(encoders))).mean(-2))    # (V, A, D, P, K, E)
+    auroc = _kahan_mean(means[..., 0], group, len(encoders))                             # (V, E)
+    rho_crs, rho_auroc = _external_validity(analysis, space, variants, budgets, profiles_of, notes)
+
+    rows = []
+    for index in np.ndindex(aggregate.shape[:-1]):
+        v, a, d, q, k = index
+        tau, reversed_pairs = _kendall(auroc[v], aggregate[index])
+        order = np.lexsort((encoders, -aggregate[index]))
+        ranking = tuple(encoders[order])
+        budget, robustness, ece = variants[v]
+        rows.append({"anchors": anchors[a], "proximity": space.levels["proximity"][q], "robustness": robustness,
+                     "dominance": space.levels["dominance"][d], "multilabel_ece": ece,
+                     "weights": "/".join(f"{w:.2f}" for w in space.weights[k]), "c_budget": budget,
+                     "is_default": variants[v] == default_variant and a == d == q == k == 0,
+                     "ranking": ranking, "leader": ranking[0], "top3": tuple(sorted(ranking[:3])),
+                     "auroc_ranking": tuple(encoders[np.lexsort((encoders, -auroc[v]))]),
+                     "kendall_tau": float(tau), "reversed_pairs": int(reversed_pairs),
+                     "p_rank1_leader": float(p_rank1[index][order[0]]),
+                     "p_rank1_top": ", ".join(f"{e} {p_rank1[index][i]:.2f}" for e, i in zip(ranking[:3], order[:3])),
+                     "rho_crs": float(rho_crs[index]), "rho_auroc": float(rho_auroc[v])})
+    table = pd.DataFrame(rows)
+    table.attrs.update(encoders=list(encoders), cells=list(cells.itertuples(index=False, name=None)),
+                       aggregate_crs=aggregate.reshape(len(table), len(encoders)),
+                       cell_crs=point_cells.reshape(len(table), len(cells)), notes=notes)
+    for note in notes:
+        logger.info(note)
+    logger.info("multiverse: %d combinations of %d declared, %d cells, %d replicates each",
+                len(table), space.size, len(cells), n_resamples)
+    return table
+
+
+def _normalise_all(raw: np.ndarray, cells: pd.DataFrame, anchors, frame) -> np.ndarray:
+    """``raw`` (V, cells, R, 4) normalised under every anchors level: (V, A, cells, R, 4)."""
+    datasets = cells["dataset"].to_numpy()
+    return np.stack([normalise(raw, frame.anchors) if a == "fixed" else _panel_normalise(raw, datasets, a)
+                     for a in anchors], axis=1)
+
+
+def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
+    """rho(CRS without the transfer term, transfer AUROC) per combination (V, A, D, P, K), and
+    rho(source AUROC, transfer AUROC) per variant; NaN (with a note) without transfer runs."""
+    from crsrepro.analyse.findings import external_validity
+
+    shape = (len(variants), len(space.levels["anchors"]), len(space.levels["dominance"]),
+             len(space.levels["proximity"]), len(space.weights))
+    try:
+        reference = {level: external_validity(runs) for level, runs in budgets.items()}
+    except ProfileTableError as error:
+        notes.append(f"external validity skipped: {error}")
+        return np.full(shape, np.nan), np.full(len(variants), np.nan)
+    rho_crs, rho_auroc = np.empty(shape), np.empty(len(variants))
+    for i, variant in enumerate(variants):
+        table = reference[variant[0]].table
+        cells = cell_means(profiles_of(variant, False))
+        raw = cells[list(DIMENSIONS)].to_numpy(float)[None, :, None, :]
+        p = _normalise_all(raw, cells, space.levels["anchors"], analysis.frame)[0]          # (A, cells, 1, 4)
+        crs = _choices_first(_crs({k: v[..., 0] for k, v in _cell_components(p, cells).items()}, space)[:, :, :, None])
+        names = np.sort(cells["encoder"].unique())
+        mean = _kahan_mean(crs[0], np.searchsorted(names, cells["encoder"].to_numpy()), len(names))
+        rho_crs[i] = _spearman(mean[..., np.searchsorted(names, table.index.to_numpy())], table["target_auroc"].to_numpy())
+        rho_auroc[i] = reference[variant[0]].rho_source_auroc
+    return rho_crs, rho_auroc
+
+
+# --------------------------------------------------------------------------- the conclusions
+
+def _default_row(table: pd.DataFrame) -> pd.Series:
+    default = table[table["is_default"]]
+    if len(default) != 1:
+        raise SensitivityError(f"the multiverse table has {len(default)} default combinations, expected 1 "
+                               "(see its attrs['notes'])")
+    return default.iloc[0]
+
+
+def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    """Per combination (rows) and conclusion (columns): whether it holds as in the default; and
+    ``{conclusion: the default's value, as text}``."""
+    d = _default_row(table)
+    holds, values = {}, {}
+    holds[f"the leader is {d['leader']}"] = table["leader"] == d["leader"]
+    values[f"the leader is {d['leader']}"] = d["leader"]
+    holds["the top-three set is the default's"] = table["top3"].map(lambda t: t == d["top3"])
+    values["the top-three set is the default's"] = ", ".join(d["top3"])
+    key = f"Kendall tau vs AUROC within {TAU_TOLERANCE} of the default's"
+    holds[key], values[key] = (table["kendall_tau"] - d["kendall_tau"]).abs() <= TAU_TOLERANCE + 1e-12, f"{d['kendall_tau']:.3f}"
+    key = f"reversed pairs within {REVERSAL_TOLERANCE:.0%} of the default's"
+    tolerance = max(1.0, REVERSAL_TOLERANCE * d["reversed_pairs"])
+    holds[key], values[key] = (table["reversed_pairs"] - d["reversed_pairs"]).abs() <= tolerance, str(d["reversed_pairs"])
+
+    def shift(row, encoder):  # rank under AUROC - rank under CRS: positive = rises under the CRS
+        return row["auroc_ranking"].index(encoder) - row["ranking"].index(encoder)
+
+    moves = sorted(((shift(d, e), e) for e in d["ranking"]), key=lambda m: (-abs(m[0]), m[1]))
+    for move, encoder in [m for m in moves if m[0] != 0][:N_MOVES]:
+        key = f"{encoder} {'rises' if move > 0 else 'falls'} under the CRS"
+        holds[key] = table.apply(lambda row: np.sign(shift(row, encoder)) == np.sign(move), axis=1)
+        values[key] = f"{move:+d} ranks"
+    if np.isfinite(d["rho_crs"]):
+        better = d["rho_crs"] > d["rho_auroc"]
+        key = f"rho(CRS, transfer AUROC) {'>' if better else '<='} rho(AUROC, transfer AUROC)"
+        holds[key] = (table["rho_crs"] > table["rho_auroc"]) == better
+        values[key] = f"{d['rho_crs']:.3f} vs {d['rho_auroc']:.3f}"
+    return pd.DataFrame(holds), values
+
+
+def choice_effects(table: pd.DataFrame) -> pd.DataFrame:
+    """How much each choice splits each conclusion: max - min over its levels of the share that holds.
+
+    Returns
+    -------
+    DataFrame
+        One row per choice with more than one level in ``table``, one column per conclusion, and
+        ``mean_spread`` (their mean); sorted by ``mean_spread``, the choice that matters most first.
+    """
+    holds, _ = _holds(table)
+    rows = {}
+    for choice in CHOICES:
+        if table[choice].nunique() > 1:
+            shares = holds.groupby(table[choice].to_numpy()).mean()
+            rows[choice] = shares.max() - shares.min()
+    effects = pd.DataFrame(rows).T
+    effects["mean_spread"] = effects.mean(axis=1)
+    return effects.sort_values("mean_spread", ascending=False)
+
+
+def conclusions(table: pd.DataFrame, analysis=None) -> pd.DataFrame:
+    """For each conclusion of the paper that depends on the CRS, the share of the multiverse where it
+    holds *for this run* (as in the default combination), with a verdict.
+
+    The conclusions: the leader, the top-three set, Kendall tau against AUROC (within
+    :data:`TAU_TOLERANCE`), the reversed pairs (within :data:`REVERSAL_TOLERANCE`), the
+    :data:`N_MOVES` largest rank moves (each keeps its direction) and the external validity (the CRS
+    beats AUROC or not, as in the default). Verdict: ``robust`` when the share is >= :data:`ROBUST`,
+    ``fragile`` below :data:`FRAGILE`, otherwise ``depends on X``, X the choice whose levels split it most.
+
+    Parameters
+    ----------
+    table : DataFrame
+        The output of :func:`multiverse`.
+    analysis : RunAnalysis, optional
+        Not read: the default combination in ``table`` stands for this run (kept for the chapter's call).
+
+    Returns
+    -------
+    DataFrame
+        Indexed by conclusion: ``default`` (its value in the default), ``share``, ``splits_most``,
+        ``spread`` (that choice's max - min share over its levels) and ``verdict``.
+    """
+    holds, values = _holds(table)
+    effects = choice_effects(table)
+    rows = []
+    for name in holds.columns:
+        share = float(holds[name].mean())
+        splits = effects[name].idxmax() if len(effects) else None
+        verdict = "robust" if share >= ROBUST else "fragile" if share < FRAGILE else f"depends on {splits}"
+        rows.append({"conclusion": name, "default": values[name], "share": share, "splits_most": splits,
+                     "spread": float(effects[name].max()) if len(effects) else 0.0, "verdict": verdict})
+    return pd.DataFrame(rows).set_index("conclusion")
+
+
+def matters_most(effects: pd.DataFrame) -> str:
+    """One sentence naming the choice that matters most (:func:`choice_effects`), for the chapter."""
+    first, spread = effects.index[0], effects["mean_spread"].iloc[0]
+    runner_up = (f"; next is {effects.index[1]} ({effects['mean_spread'].iloc[1]:.0%})" if len(effects) > 1 else "")
+    return (f"The choice that matters most is {first}: between its levels, the share of the multiverse in which "
+            f"a conclusion holds differs by {spread:.0%} on average{runner_up}.")

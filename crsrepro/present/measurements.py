@@ -1,0 +1,343 @@
+"""The measurements of the claims page, read from one :class:`~crsrepro.analyse.run_analysis.RunAnalysis`.
+
+:func:`measure` returns ``{measurement name: value}`` for every quantity the claims file
+(:mod:`crsrepro.present.claims`) names and this run supports. Each value is read from the same analysis
+object the chapters read (its cached tables and analyses), so a chapter and the claims page always
+show the same number. Measurement names are described in :mod:`crsrepro.present.claims`. An analysis that the
+results cannot support (too few encoders, no transfer set, no encoder with depth taps ...) is left out and
+logged, never filled in. The layer-depth and LoRA measurements read :attr:`RunAnalysis.depth` and
+:attr:`RunAnalysis.lora`, which run the depth sweep and the LoRA grid for what is not cached yet.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from itertools import permutations
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.present.claims import _paper_value, reversed_pairs_for_tau
+from crsrepro.core.errors import CrsreproError
+from crsrepro.core.io import manifest_dir as default_manifest_dir
+from crsrepro.profiles import Profile, load_profile
+from crsrepro.core.vocab import MEDICAL_FAMILIES
+
+logger = logging.getLogger(__name__)
+
+# The paper's reference encoders in its label-efficiency sentence (section "Results").
+VIT_B16, MAE, RESNET50 = "general.vit_b16", "general.mae", "general.resnet50"
+CHEXPERT = "chexpert"
+CLAIMS_RECALIBRATOR = "temperature"
+"""[ours] The recalibrator whose results stand for the paper's recalibration figures: the review gives
+one range (54-77 %) and one mean over "six main tests" without naming the method or the tests."""
+
+
+def _robustness_transfers(a: RunAnalysis) -> list[tuple[str, str]]:
+    """The (source, target) transfer pairs whose drop enters robustness (the paper: CheXpert -> MIMIC-CXR)."""
+    return [(source, target) for source, targets in a.profile.transfer.items() for target in targets
+            if target in a.profile.robustness_transfer]
+
+
+def _worked_examples() -> dict:
+    """The review's illustrations, measured with the library's own metrics."""
+    from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+
+    # "when the model says 90 % it is right about 75 % of the time": 20 cases at confidence 0.9, 15 right
+    y = np.array([0] * 15 + [1] * 5)
+    says_90 = np.tile([0.9, 0.1], (20, 1))
+    labels = np.array([0, 1] * 10)
+    return {"ece_worked_example": expected_calibration_error(y, says_90, task="multiclass"),
+            "auroc_perfect_ranking": macro_auroc(labels, np.eye(2)[labels], task="multiclass"),
+            "auroc_constant_score": macro_auroc(labels, np.full((20, 2), 0.5), task="multiclass")}
+
+
+def _protocol_measures() -> dict:
+    """What the paper's protocol fixes, read from the paper profile, the run grid, the paper's LoRA plan
+    (:data:`crsrepro.run.lora.PLANS`) and the library's defaults."""
+    from crsrepro.score.crs import DEFAULT_WEIGHTS
+    from crsrepro.data import DATASETS
+    from crsrepro.run.grid import cells, enumerate_runs
+    from crsrepro.run.lora import PLANS, finetune
+    from crsrepro.core.metrics import expected_calibration_error
+    from crsrepro.fit.probes import KNNProbe
+
+    paper = load_profile("paper")
+    runs = enumerate_runs(paper)
+    n = len(paper.encoders)
+    below_full = [f for f in paper.label_fractions if f < 1]
+    return {
+        "paper_grid_runs": len(runs), "paper_grid_rows": len(runs.drop(columns="seed").drop_duplicates()),
+        "paper_grid_cells": len(cells(paper)), "paper_grid_possible_cells": n * len(paper.datasets),
+        "paper_panel_encoders": n, "paper_panel_pairs": n * (n - 1) // 2,
+        "paper_training_datasets": len(paper.datasets),
+        "paper_datasets": len(paper.all_datasets()),
+        "paper_transfer_pairs": len(paper.transfer), "paper_seeds": len(paper.seeds),
+        "paper_label_fraction_range": (min(below_full), max(below_full)),
+        "paper_perturbations": len(paper.perturbations), "paper_severities": len(paper.severities),
+        "paper_bootstrap_resamples": paper.bootstrap.n_resamples,
+        "paper_control_probes": len(paper.control_probes.probes),
+        "knn_k": inspect.signature(KNNProbe).parameters["k"].default,
+        "ece_bins": inspect.signature(expected_calibration_error).parameters["n_bins"].default,
+        "lora_rank": inspect.signature(finetune).parameters["rank"].default,
+        "lora_alpha": inspect.signature(finetune).parameters["alpha"].default,
+        "lora_epochs": PLANS["paper"].epochs, "lora_seeds": PLANS["paper"].n_seeds,
+        "reversed_pairs_for_paper_tau": reversed_pairs_for_tau(_paper_value("auroc_crs_kendall_tau"), n),
+        **{f"crs_weight:{component}": weight for component, weight in DEFAULT_WEIGHTS.items()},
+        **{f"n_labels:{name}": len(spec.label_names) for name, spec in DATASETS.items()},
+        **_worked_examples(),
+    }
+
+
+def _image_counts(profile: Profile, manifest_dir) -> dict:
+    """Images per dataset, counted in the frozen split manifests (written when a dataset is first used)."""
+    from crsrepro.data.manifests import manifest_path
+
+    out = {}
+    for dataset in profile.all_datasets():
+        path = manifest_path(default_manifest_dir(manifest_dir), dataset, profile.name)
+        if path.is_file():
+            out[f"n_images:{dataset}"] = len(pd.read_csv(path, dtype=str, keep_default_na=False))
+    return out
+
+
+def _leaders(values: pd.Series, prefix: str, k: int = 3, suffix: str = "") -> dict:
+    """``{prefix:rank1<suffix>: best value, ...}`` for the ``k`` largest values (ties by index order)."""
+    best = values.sort_values(ascending=False, kind="stable").head(k)
+    return {f"{prefix}:rank{i}{suffix}": float(v) for i, v in enumerate(best, start=1)}
+
+
+def _ranking_measures(a: RunAnalysis) -> dict:
+    """Aggregate AUROC and CRS, their ranks and their agreement (05_crs_bootstrap)."""
+    agg = a.aggregate
+    out = {}
+    for encoder, row in agg.iterrows():
+        out |= {f"aggregate_auroc:{encoder}": row["auroc"], f"aggregate_crs:{encoder}": row["crs"],
+                f"rank_auroc:{encoder}": row["rank_auroc"], f"rank_crs:{encoder}": row["rank_crs"]}
+    out |= _leaders(agg["auroc"], "aggregate_auroc") | _leaders(agg["crs"], "aggregate_crs")
+    for x, y in permutations(agg.index, 2):
+        out[f"crs_gap:{x}-{y}"] = agg.loc[x, "crs"] - agg.loc[y, "crs"]
+    if len(agg) >= 2:
+        out["crs_gap:rank1-rank2"] = agg["crs"].iloc[0] - agg["crs"].iloc[1]
+        agreement = a.rank_agreement
+        out |= {"auroc_crs_kendall_tau": agreement.kendall_tau, "auroc_crs_spearman_rho": agreement.spearman_rho,
+                "auroc_crs_reversed_pairs": agreement.reversed_pairs, "auroc_crs_n_pairs": agreement.n_pairs,
+                "auroc_crs_mean_abs_rank_shift": agreement.mean_abs_rank_shift,
+                "auroc_crs_top3_overlap": agreement.top3_overlap}
+    return out
+
+
+def _bootstrap_measures(a: RunAnalysis) -> dict:
+    """The seed-paired bootstrap: P(rank 1), P(top 3) and paired CRS intervals (05_crs_bootstrap)."""
+    boot = a.bootstrap
+    order = a.aggregate.index
+    out = {"has_seed_variance": float(a.has_seed_variance)}
+    out |= {f"p_rank1:{e}": p for e, p in boot.p_rank1.items()} | {f"p_top3:{e}": p for e, p in boot.p_top3.items()}
+    out |= {f"p_rank1:rank{i}": boot.p_rank1[e] for i, e in enumerate(order[:3], start=1)}
+    out |= {f"p_top3:rank{i}": boot.p_top3[e] for i, e in enumerate(order[:3], start=1)}
+    out |= {"p_rank1_sum": boot.p_rank1.sum(), "p_top3_sum": boot.p_top3.sum(),
+            "n_p_top3_zero": int((boot.p_top3 == 0).sum())}
+    for x, y in permutations(order, 2):
+        ci = boot.paired_diff_ci(x, y)
+        out[f"crs_diff_ci:{x}-{y}"] = (ci.ci_low, ci.ci_high)
+    if len(order) >= 2:
+        out["crs_diff_ci:rank1-rank2"] = out[f"crs_diff_ci:{order[0]}-{order[1]}"]
+    return out
+
+
+def _insertion_measures(a: RunAnalysis) -> dict:
+    """The insertion experiment: movement of published scores, cohort vs fixed anchors (05_crs_bootstrap)."""
+    summary = a.insertion.summary
+    out = {f"insertion_movement_{stat}:{mode}": summary.loc[mode, f"{stat}_movement"]
+           for mode in summary.index for stat in ("mean", "max")}
+    return out | {"insertion_n_trials": summary["n_trials"].iloc[0],
+                  "insertion_n_inserted": summary["n_inserted"].iloc[0],
+                  "insertion_panel_size": summary["panel_size"].iloc[0]}
+
+
+def _validity_measures(a: RunAnalysis) -> dict:
+    """External validity on the transfer set and leave-one-dataset-out (05_crs_bootstrap)."""
+    out = {}
+    for source, target in _robustness_transfers(a):
+        validity = a.external_validity(source, target)
+        out |= {"external_validity_rho:crs": validity.rho_crs, "external_validity_rho:auroc": validity.rho_source_auroc}
+    if a.scores["dataset"].nunique() >= 2:
+        lodo = a.leave_one_dataset_out
+        out |= {f"lodo_rho:{dataset}": rho for dataset, rho in lodo["spearman_rho"].items()}
+        out["lodo_champions_recovered"] = int(lodo["recovered"].sum())
+    return out
+
+
+def _calibration_measures(a: RunAnalysis) -> dict:
+    """Clean ECE per cell and what recalibration does to it (02_calibration)."""
+    out = {f"ece:{r.encoder}:{r.dataset}": r.ece for r in a.cell_means.itertuples()}
+    result = a.recalibration
+    if CLAIMS_RECALIBRATOR not in result.summary.index:
+        logger.info("claims: no %s recalibration rows in this run", CLAIMS_RECALIBRATOR)
+        return out
+    summary = result.summary.loc[CLAIMS_RECALIBRATOR]
+    cells = result.cells[result.cells["recalibrator"] == CLAIMS_RECALIBRATOR]
+    out |= {f"ece_recalibrated:{r.encoder}:{r.dataset}": r.ece_after for r in cells.itertuples()}
+    return out | {"recalibration_n_cells": summary["n_cells"],
+                  "recalibration_relative_reduction_range": (summary["relative_reduction_min"],
+                                                             summary["relative_reduction_max"]),
+                  "recalibration_mean_absolute_drop": summary["mean_absolute_drop"],
+                  "recalibration_mean_absolute_drop_ci": (summary["ci_low"], summary["ci_high"]),
+                  "recalibration_mean_auroc_change": summary["mean_auroc_change"]}
+
+
+def _degradation_measures(a: RunAnalysis) -> dict:
+    """ECE rise and AUROC drop under the perturbations, and their correlation over cells (04_robustness)."""
+    result = a.degradation
+    cells = result.cells.assign(ece_peak=result.cells["ece_clean"] + result.cells["peak_ece_rise"])
+    out = {}
+    for (encoder, dataset), row in cells.iterrows():
+        out |= {f"ece_mean_rise:{encoder}:{dataset}": row["mean_ece_rise"],
+                f"ece_peak:{encoder}:{dataset}": row["ece_peak"]}
+    largest = cells["mean_ece_rise"].idxmax()
+    return out | {"ece_mean_rise:largest": cells.loc[largest, "mean_ece_rise"],
+                  "ece_peak:largest": cells.loc[largest, "ece_peak"],
+                  "degradation_pearson_r": result.pearson_r, "degradation_n_cells": len(cells)}
+
+
+def _transfer_measures(a: RunAnalysis) -> dict:
+    """Transfer AUROC per encoder and Welch's test, medical-pretrained vs general (04_robustness)."""
+    out = {}
+    for source, target in _robustness_transfers(a):
+        welch = a.transfer_test(source, target)
+        table = welch.table
+        out |= {f"transfer_auroc:{e}": v for e, v in table["target_auroc"].items()}
+        out |= {"transfer_auroc_mean:medical": welch.mean_medical, "transfer_auroc_mean:general": welch.mean_general,
+                "transfer_welch_p": welch.p_value,
+                "transfer_auroc:lowest_medical": table.loc[table["group"] == "medical", "target_auroc"].min()}
+    return out
+
+
+def _label_efficiency_measures(a: RunAnalysis) -> dict:
+    """AUROC at 1 % labels, the ViT-B/16 bar on CheXpert, and AULC vs retention (03_label_efficiency)."""
+    from crsrepro.score.dimensions import select_runs
+
+    correlations = a.aulc_vs_retention.correlations
+    out = {f"{m}_rho:{level}": correlations.loc[m, level] for m in ("aulc", "retention") for level in ("encoder", "cell")}
+    clean = select_runs(a.runs, condition="clean")
+    curve = clean.groupby(["encoder", "dataset", "label_fraction"])["auroc"].mean()
+    if 0.01 not in curve.index.get_level_values("label_fraction"):
+        return out
+    at_1pct = curve.xs(0.01, level="label_fraction")
+    out |= {f"auroc_at_1pct:{e}:{d}": v for (e, d), v in at_1pct.items()}
+    for dataset, values in at_1pct.groupby(level="dataset"):
+        out |= _leaders(values.droplevel("dataset"), "auroc_at_1pct", suffix=f":{dataset}")
+    on_chexpert = set(clean.loc[clean["dataset"] == CHEXPERT, "encoder"])
+    if VIT_B16 in on_chexpert:
+        table = a.absolute_label_efficiency(fraction=0.01, reference_encoder=VIT_B16).xs(CHEXPERT, level="dataset")
+        family = clean.groupby("encoder")["family"].first()
+        medical = [e for e in table.index if family[e] in MEDICAL_FAMILIES]
+        out["chexpert_1pct_reaching_vit_b16:medical"] = int(table.loc[medical, "reaches_reference"].sum())
+        if {MAE, RESNET50} <= on_chexpert:
+            best = curve.xs(CHEXPERT, level="dataset").groupby("encoder").max()
+            bar = table.loc[VIT_B16, "auroc_full"]
+            out["chexpert_reaching_vit_b16:mae_resnet50"] = int((best[[MAE, RESNET50]] >= bar).sum())
+    return out
+
+
+def _depth_measures(a: RunAnalysis) -> dict:
+    """The layer-depth sweep (06_layer_depth): how often an intermediate layer wins, and per encoder
+    its best depth and the gain of each intermediate depth over the 100 % tap.
+
+    ``depth_best:<encoder>`` is the depth (a fraction: 0.5 for 50 %) of the best seed-mean clean AUROC
+    averaged over the datasets the encoder is swept on, and ``depth_gain_points_range:<encoder>:depth<d>``
+    the (lowest, highest) over those datasets of the seed-mean AUROC at depth d minus at 100 %, in
+    AUROC points [ours: the paper gives one best depth and one range of gains per encoder, without
+    saying over what they range].
+    """
+    from crsrepro.run.depth import curve, intermediate_wins
+
+    table = a.depth
+    wins, n_pairs = intermediate_wins(table)
+    out = {"depth_n_sweeps": n_pairs, "depth_intermediate_wins": wins}
+    means = curve(table).groupby(["encoder", "dataset", "depth"])["auroc"].mean().unstack("depth")
+    for encoder, per_dataset in means.groupby(level="encoder"):
+        out[f"depth_best:{encoder}"] = per_dataset.mean().idxmax() / 100
+        points = 100 * per_dataset.drop(columns=100).sub(per_dataset[100], axis=0)
+        out |= {f"depth_gain_points_range:{encoder}:depth{depth:.0f}": (points[depth].min(), points[depth].max())
+                for depth in points.columns}
+    return out
+
+
+def _lora_measures(a: RunAnalysis) -> dict:
+    """Frozen vs LoRA (07_lora): per domain the AUROC gain and the Kendall tau of the AUROC rankings,
+    the leader changes, and the four-dimensional comparison (tau, mean rank shift, top-3 overlap and
+    each encoder's CRS rank after LoRA)."""
+    comparison = a.lora
+    out = {}
+    for row in comparison.per_domain.itertuples():
+        out |= {f"lora_auroc_gain:{row.dataset}": row.auroc_gain, f"lora_kendall_tau:{row.dataset}": row.kendall_tau}
+    crs = comparison.crs
+    out |= {"lora_leader_changes": int(comparison.per_domain["leader_changed"].sum()),
+            "lora_crs_kendall_tau": crs.kendall_tau, "lora_crs_mean_abs_rank_shift": crs.mean_abs_rank_shift,
+            "lora_crs_top3_overlap": crs.top3_overlap}
+    return out | {f"lora_rank:{encoder}": rank for encoder, rank in crs.ranks["rank_b"].items()}
+
+
+MEASURES = (
+    (_ranking_measures, "05_crs_bootstrap"), (_bootstrap_measures, "05_crs_bootstrap"),
+    (_insertion_measures, "05_crs_bootstrap"), (_validity_measures, "05_crs_bootstrap"),
+    (_calibration_measures, "02_calibration"), (_degradation_measures, "04_robustness"),
+    (_transfer_measures, "04_robustness"), (_label_efficiency_measures, "03_label_efficiency"),
+    (_depth_measures, "06_layer_depth"), (_lora_measures, "07_lora"),
+)
+"""The analyses of the results table, with the chapter each belongs to."""
+
+
+def _plain(value):
+    """numpy scalars as Python floats, pairs as tuples of floats."""
+    if isinstance(value, tuple):
+        return tuple(float(v) for v in value)
+    return float(value)
+
+
+def measure(a: RunAnalysis) -> dict:
+    """Everything the library can measure that the claims file names, from one run's analysis.
+
+    Returns
+    -------
+    dict
+        ``{measurement name: float or (low, high)}``. The protocol counts (the paper grid's 17,575 runs,
+        3,515 rows and 43 cells, from :func:`crsrepro.run.grid.enumerate_runs`) are always there.
+    """
+    measured = _protocol_measures() | _image_counts(a.profile, a.manifest_dir)
+    for analysis, chapter in MEASURES:
+        try:
+            measured |= analysis(a)
+        except CrsreproError as exc:  # the results cannot support this analysis: say so, measure the rest
+            logger.warning("claims: %s (%s) measured nothing on profile %s: %s", analysis.__name__.strip("_"),
+                           chapter, a.profile.name, exc)
+    return {name: _plain(value) for name, value in measured.items()}
+
+
+#: For the claims whose value depends on an [ours] choice of the CRS: the direction the paper reports,
+#: as a test on one row of the multiverse (:func:`crsrepro.analyse.sensitivity.multiverse`).
+PAPER_DIRECTIONS = {
+    "auroc_crs_kendall_tau": ("the CRS reorders the AUROC ranking (tau < 1)", lambda row: row["kendall_tau"] < 1),
+    "auroc_crs_reversed_pairs": ("some pairs are reversed", lambda row: row["reversed_pairs"] > 0),
+    "external_validity_rho:crs": ("CRS predicts transfer AUROC worse than source AUROC",
+                                  lambda row: row["rho_crs"] < row["rho_auroc"]),
+    "external_validity_rho:auroc": ("source AUROC predicts transfer AUROC better than the CRS",
+                                    lambda row: row["rho_crs"] < row["rho_auroc"]),
+}
+
+
+def multiverse_shares(table: pd.DataFrame) -> dict:
+    """``{measurement name: share of the multiverse in which this run agrees with the paper's
+    direction}`` for the claims of :data:`PAPER_DIRECTIONS` (issue 15: the claims page's multiverse
+    column). A combination whose statistic is undefined (NaN) counts as not agreeing."""
+    out = {}
+    for measure, (_, agrees) in PAPER_DIRECTIONS.items():
+        needed = {"auroc_crs_kendall_tau": ["kendall_tau"], "auroc_crs_reversed_pairs": ["reversed_pairs"]}.get(
+            measure, ["rho_crs", "rho_auroc"])
+        valid = table[needed].notna().all(axis=1)
+        if valid.any():
+            out[measure] = float(table[valid].apply(agrees, axis=1).sum() / len(table))
+    return out

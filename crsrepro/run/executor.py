@@ -1,0 +1,171 @@
+"""Running the run grid's keyed tasks: in this process, on a process pool, or on Dask (DESIGN.md section 13).
+
+:func:`crsrepro.run.grid.run_grid` plans the grid as a list of :class:`Task`: per (encoder, dataset) cell
+with work left, one *extraction task* (the cell's feature arrays into the content-addressed feature
+cache) and, after it, one *probe task* per (seed, probe) unit (fit, score, write its row-set). A task
+is a pure function of its arguments whose effect is a keyed file, so running it twice, in any order
+or on any machine, writes the same bytes; a task depends on at most one other (a probe task on its
+cell's extraction task) and returns nothing the next task needs: it reads the files.
+
+Executors
+---------
+``serial``
+    Every task in this process, in the plan's order, with this process's threads: the reference.
+``local`` (``crsrepro run``'s default)
+    A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default: the CPU
+    cores), each with one torch / BLAS thread [ours: one single-threaded task per core beats threads
+    inside a task for these small fits]. A task is submitted once the task it depends on is done; on a
+    cuda profile one extraction task runs at a time (one GPU).
+``dask``
+    Dask distributed: a ``LocalCluster`` of ``workers`` single-threaded processes, or the scheduler
+    at ``scheduler`` (any cluster: dask-jobqueue's ``SLURMCluster``, see the README). The dependency
+    is a Dask dependency. On a cuda profile the extraction tasks ask for the worker resource ``GPU``
+    (``resources={"GPU": 1}``), so give each GPU worker ``--resources GPU=1``: a worker then never
+    runs two extraction tasks at once. Dask does the distribution; nothing here schedules, queues or
+    sends anything itself.
+
+Every worker must see the same data root, feature cache and output folder (a shared filesystem).
+A failed task stops the run with its error; what finished is kept, and the next run resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable
+
+from crsrepro.core.errors import CrsreproError
+
+log = logging.getLogger(__name__)
+
+EXECUTORS = ("serial", "local", "dask")
+DEFAULT_EXECUTOR = "local"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One keyed task: ``func(*args)``, after the task named ``after``; ``gpu``: it holds a GPU."""
+
+    key: str
+    func: Callable
+    args: tuple
+    after: str | None = None
+    gpu: bool = False
+
+
+def default_workers() -> int:
+    """The CPU cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def execute(tasks: list[Task], *, executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
+            scheduler: str | None = None, progress: bool = False, description: str = "tasks") -> None:
+    """Run ``tasks`` (each after the one it depends on) with ``executor``; raise the first task's error.
+
+    Raises
+    ------
+    CrsreproError
+        An unknown executor, a bad worker count, or ``scheduler`` without ``executor="dask"``.
+    """
+    if executor not in EXECUTORS:
+        raise CrsreproError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if workers is not None and workers < 1:
+        raise CrsreproError(f"--workers must be at least 1, not {workers}")
+    if scheduler and executor != "dask":
+        raise CrsreproError(f"--scheduler {scheduler} needs --executor dask (not {executor})")
+    if not tasks:
+        return
+    workers = workers or default_workers()
+    if executor == "serial":
+        _serial(tasks, progress, description)
+    elif executor == "local":
+        _local(tasks, workers)
+    else:
+        _dask(tasks, workers, scheduler)
+
+
+def one_thread() -> None:
+    """Give this process one torch thread and one thread in every BLAS/OpenMP pool (threadpoolctl)."""
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    threadpool_limits(1)
+
+
+def _call(func: Callable, args: tuple, *_after) -> object:
+    """A task on a worker, with one thread (``_after``: the result of the task it waited for)."""
+    one_thread()
+    return func(*args)
+
+
+def _serial(tasks: list[Task], progress: bool, description: str) -> None:
+    from tqdm import tqdm
+
+    for task in tqdm(tasks, desc=description, unit="task", disable=not progress):
+        task.func(*task.args)
+
+
+def _local(tasks: list[Task], workers: int) -> None:
+    """A spawn-context process pool (a forked torch is not safe); each task is submitted when the task
+    it depends on is done, and at most one GPU task runs at a time."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    waiting, done, running = list(tasks), set(), {}
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=one_thread) as pool:
+        try:
+            while waiting or running:
+                gpu_busy = any(t.gpu for t in running.values())
+                for task in [t for t in waiting if t.after is None or t.after in done]:
+                    if task.gpu and gpu_busy:
+                        continue
+                    gpu_busy = gpu_busy or task.gpu
+                    waiting.remove(task)
+                    running[pool.submit(task.func, *task.args)] = task
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    task = running.pop(future)
+                    future.result()  # a task's error stops the run here
+                    done.add(task.key)
+                    log.info("done: %s (%d of %d)", task.key, len(done), len(tasks))
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # what is running finishes and is kept
+            raise
+
+
+def _dask(tasks: list[Task], workers: int, scheduler: str | None) -> None:
+    """Dask distributed: submit every task with its dependency and ``GPU`` resource, gather them."""
+    try:
+        import dask
+        from distributed import Client, LocalCluster
+    except ImportError as exc:
+        raise CrsreproError("--executor dask needs Dask distributed: pip install 'crsrepro[scale]'") from exc
+
+    # DataLoader workers (features.num_workers) are child processes: a daemonic worker may not have any
+    with dask.config.set({"distributed.worker.daemon": False}):
+        if scheduler:
+            cluster, client = None, Client(scheduler)
+        else:
+            gpu = any(t.gpu for t in tasks)
+            if gpu and workers > 1:
+                raise CrsreproError(f"a LocalCluster of {workers} workers on a cuda profile would put {workers} "
+                                    f"extraction tasks on one GPU: use --executor local, --workers 1, or a "
+                                    f"cluster whose GPU workers declare --resources GPU=1 (--scheduler ADDRESS)")
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   resources={"GPU": 1} if gpu else None, dashboard_address=None)
+            client = Client(cluster)
+        try:
+            futures = {}
+            for task in tasks:
+                after = (futures[task.after],) if task.after else ()
+                futures[task.key] = client.submit(_call, task.func, task.args, *after, key=task.key, pure=False,
+                                                  resources={"GPU": 1} if task.gpu else None)
+            client.gather(list(futures.values()))
+        finally:
+            client.close()
+            if cluster is not None:
+                cluster.close()

@@ -1,0 +1,120 @@
+"""From the runs table to the four dimensions: the paper's reliability profiles (DESIGN.md section 8).
+
+A *reliability profile* is the paper's four-dimensional description of one encoder x dataset cell:
+``auroc`` (discrimination D), ``ece`` (calibration C, lower is better), ``retention`` (label
+efficiency L) and ``robustness`` (R_raw). (The YAML run configuration under ``crsrepro/profiles/``
+is a different thing that keeps the word "profile" for the command line.)
+
+This module reads the runs table (one row per run, :data:`RUN_COLUMNS`; the wide view of the
+results store, :func:`crsrepro.run.results.runs_table`), keeps the paper's primary runs
+(:data:`crsrepro.core.vocab.PRIMARY`) and builds one reliability profile per cell and seed
+(:func:`reliability_profiles`). The CRS that scores those profiles is :mod:`crsrepro.score.crs`.
+
+A reliability-profiles table is a DataFrame with the columns ``encoder, dataset, auroc, ece,
+retention, robustness`` and either one row per cell (averaged over seeds) or one row per seed with a
+``seed`` column; :func:`crsrepro.score.crs.cell_means` validates one and averages its seeds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.core.errors import CrsreproError
+from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
+from crsrepro.core.schema import PRIMARY, RUN_COLUMNS, is_perturbation, is_transfer
+
+
+class ProfileTableError(CrsreproError, ValueError):
+    """A runs or reliability-profiles table lacks a column, holds a non-finite value or repeats a cell."""
+
+
+def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
+    """The rows of a runs table whose columns equal ``PRIMARY`` updated with ``keys``.
+
+    A key given as None is not filtered on (e.g. ``recalibrator=None`` keeps every recalibrator).
+
+    Examples
+    --------
+    >>> runs = pd.DataFrame([dict(encoder="e", dataset="d", seed=0, label_fraction=1.0, condition="clean",
+    ...                           probe=p, layer="final", regime="frozen", recalibrator="none", auroc=a, ece=0.1)
+    ...                      for p, a in [("linear", 0.8), ("knn", 0.7)]])
+    >>> select_runs(runs)["auroc"].tolist(), len(select_runs(runs, probe=None))
+    ([0.8], 2)
+    """
+    missing = [c for c in RUN_COLUMNS if c not in runs.columns]
+    if missing:
+        raise ProfileTableError(f"runs table: missing column(s) {', '.join(missing)} (expected {', '.join(RUN_COLUMNS)})")
+    wanted = {k: v for k, v in {**PRIMARY, **keys}.items() if v is not None}
+    mask = np.ones(len(runs), bool)
+    for column, value in wanted.items():
+        mask &= (runs[column] == value).to_numpy()
+    return runs[mask]
+
+
+def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, robustness=robustness_raw,
+                         ece_metric: str = "ece", probe: str = "linear") -> pd.DataFrame:
+    """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
+
+    Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
+    ``retention`` = :func:`crsrepro.core.metrics.label_efficiency_retention` of the clean AUROC over the
+    label fractions; ``robustness`` = :func:`crsrepro.core.metrics.robustness_raw` of the AUROC drops
+    ``AUROC_clean - AUROC(p@s)`` at 100 % labels, plus the real drop to each transfer condition
+    (CheXpert -> MIMIC-CXR) when ``include_transfer``.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        A runs table (:data:`RUN_COLUMNS`); only :data:`crsrepro.core.vocab.PRIMARY` rows are read.
+    include_transfer : bool, default True
+        Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
+        check removes it).
+    robustness : callable, default :func:`crsrepro.core.metrics.robustness_raw`
+        The aggregate of a cell's AUROC drops (the sensitivity chapter's alternatives, :mod:`crsrepro.analyse.sensitivity`).
+    ece_metric : str, default "ece"
+        The runs-table column read as the calibration dimension (``classwise_ece`` for the alternative).
+    probe : str, default "linear"
+        The probe whose runs are read (the primary linear probe, or a control: ``mlp``, ``knn``).
+
+    Returns
+    -------
+    DataFrame
+        A per-seed reliability-profiles table: ``encoder, dataset, seed, auroc, ece, retention,
+        robustness`` (and ``family`` when the runs have it).
+
+    Raises
+    ------
+    ProfileTableError
+        A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
+    """
+    primary = select_runs(runs, probe=probe)
+    key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
+    dup = primary.duplicated(key, keep=False)
+    if dup.any():
+        row = primary[dup].iloc[0]
+        raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
+                                + " appears more than once")
+    rows = []
+    for (encoder, dataset, seed), cell in primary.groupby(["encoder", "dataset", "seed"], sort=True):
+        where = f"runs table, encoder {encoder}, dataset {dataset}, seed {seed}"
+        clean = cell[cell["condition"] == "clean"].set_index("label_fraction")
+        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
+        if "clean" not in full.index or len(clean) < 2:
+            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
+                                    f"fraction, has fractions {sorted(clean.index)}")
+        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
+        if not any(is_perturbation(c) for c in conditions):
+            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
+        drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
+        row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
+               "ece": full.loc["clean", ece_metric],
+               "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
+               "robustness": robustness(drops)}
+        if "family" in cell.columns:
+            row["family"] = cell["family"].iloc[0]
+        rows.append(row)
+    if not rows:
+        raise ProfileTableError("runs table: no primary runs (probe linear, layer final, regime frozen, "
+                                "recalibrator none)")
+    return pd.DataFrame(rows)
+

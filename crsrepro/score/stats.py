@@ -1,0 +1,638 @@
+"""Generic statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
+
+- :func:`rank_agreement` compares two rankings of the same encoders (the paper's AUROC vs CRS
+  comparison: Kendall tau-b, Spearman rho, reversed pairs, mean |rank shift|, top-3 overlap).
+- :func:`seed_paired_bootstrap` is the paper's 10,000-replicate bootstrap over seeds: every
+  replicate draws the seeds with replacement, the *same* draw for every encoder, averages the
+  per-seed reliability profiles, re-scores every cell under the frame's anchors and weights against
+  the replicate's own profiles of its peers, and ranks the aggregates. It gives P(rank 1), P(top 3)
+  and paired CRS differences with percentile intervals.
+- :func:`case_paired_bootstrap` (beyond the paper) resamples test images, the same indices for
+  every encoder, and recomputes the macro AUROC of each encoder; it runs in torch on any device.
+- :func:`two_level_bootstrap` (beyond the paper) resamples seeds *and* test cases from stored per-case
+  probabilities and gives intervals of D (macro AUROC) and C (ECE) that include test-set noise.
+- :func:`seed_variance` and :func:`has_seed_variance` check that the seeds vary D, C and R at all,
+  the condition for the seed bootstrap to be comparable with the paper's.
+
+The paper's analyses (insertion experiment, external validity, recalibration summary, ...) are in
+:mod:`crsrepro.analyse.findings`; their names are still importable from here (``crsrepro.score.stats.X`` is
+``crsrepro.analyse.findings.X``) for the notebooks and scripts that use them.
+
+Percentile intervals from 5 seeds under-cover: a bootstrap over 5 units sees at most 126 distinct
+resamples and underestimates the spread. The coverage test in ``tests/test_stats.py`` uses 40 units.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import rankdata
+from tqdm import tqdm
+
+from crsrepro.score.crs import (DIMENSIONS, PEERS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
+                          score_by_dataset)
+from crsrepro.score.dimensions import ProfileTableError
+from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+
+logger = logging.getLogger(__name__)
+
+
+def _as_generator(rng) -> np.random.Generator:
+    """``rng`` as a Generator: an int seeds a new one, a Generator is used as is."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise ValueError(f"rng must be an int or a numpy Generator, got {rng!r}")
+
+
+def _check_n_resamples(n_resamples):
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, (int, np.integer)) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
+
+
+def _check_level(level):
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+
+
+# --------------------------------------------------------------------------- rank agreement
+
+@dataclass(frozen=True)
+class RankAgreement:
+    """How two rankings of the same encoders agree (DESIGN.md section 10).
+
+    Attributes
+    ----------
+    kendall_tau : float
+        Kendall tau-b (ties corrected).
+    spearman_rho : float
+        Pearson correlation of the average ranks.
+    reversed_pairs : int
+        Pairs ordered strictly one way by ``a`` and strictly the other way by ``b``.
+    n_pairs : int
+        n (n - 1) / 2.
+    mean_abs_rank_shift : float
+        Mean over encoders of |rank in a - rank in b| (rank 1 = best, ties share the average rank).
+    top3_overlap : float
+        |top 3 of a  and  top 3 of b| / 3 (ties at the cut are broken by encoder id).
+    ranks : DataFrame
+        Indexed by encoder: ``score_a, score_b, rank_a, rank_b, shift`` (shift = rank_a - rank_b:
+        positive means the encoder rises under ``b``), sorted by ``rank_b``.
+    """
+
+    kendall_tau: float
+    spearman_rho: float
+    reversed_pairs: int
+    n_pairs: int
+    mean_abs_rank_shift: float
+    top3_overlap: float
+    ranks: pd.DataFrame
+
+
+def rank_agreement(a: Mapping[str, float], b: Mapping[str, float]) -> RankAgreement:
+    """Compare the rankings given by two ``{encoder: score}`` maps (higher is better).
+
+    Parameters
+    ----------
+    a, b : mapping of encoder id to score
+        The same encoders in both, at least two, finite scores.
+
+    Returns
+    -------
+    RankAgreement
+
+    Raises
+    ------
+    ValueError
+        The encoders differ, there are fewer than two, or a score is not finite.
+
+    Examples
+    --------
+    >>> r = rank_agreement({"x": 3, "y": 2, "z": 1}, {"x": 3, "y": 1, "z": 2})
+    >>> r.reversed_pairs, r.n_pairs, round(r.kendall_tau, 3), r.mean_abs_rank_shift
+    (1, 3, 0.333, 0.6666666666666666)
+    """
+    if set(a) != set(b):
+        raise ValueError(f"rank_agreement needs the same encoders in both maps; only in a: "
+                         f"{sorted(set(a) - set(b))}, only in b: {sorted(set(b) - set(a))}")
+    encoders = sorted(a)
+    if len(encoders) < 2:
+        raise ValueError("rank_agreement needs at least two encoders")
+    x = np.array([a[e] for e in encoders], float)
+    y = np.array([b[e] for e in encoders], float)
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise ValueError("rank_agreement: every score must be a finite number")
+    i, j = np.triu_indices(len(encoders), k=1)
+    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
+    n_pairs = len(i)
+    concordant, discordant = int(np.sum(sx * sy > 0)), int(np.sum(sx * sy < 0))
+    untied_x, untied_y = int(np.sum(sx != 0)), int(np.sum(sy != 0))
+    tau = (concordant - discordant) / np.sqrt(untied_x * untied_y) if untied_x and untied_y else float("nan")
+    rank_x, rank_y = rankdata(-x), rankdata(-y)
+    rho = float(np.corrcoef(rank_x, rank_y)[0, 1]) if np.ptp(rank_x) and np.ptp(rank_y) else float("nan")
+    top = lambda s: set(sorted(encoders, key=lambda e: (-s[e], e))[:3])  # noqa: E731
+    ranks = pd.DataFrame({"score_a": x, "score_b": y, "rank_a": rank_x, "rank_b": rank_y,
+                          "shift": rank_x - rank_y}, index=pd.Index(encoders, name="encoder"))
+    return RankAgreement(kendall_tau=float(tau), spearman_rho=rho, reversed_pairs=discordant, n_pairs=n_pairs,
+                         mean_abs_rank_shift=float(np.mean(np.abs(rank_x - rank_y))),
+                         top3_overlap=len(top(a) & top(b)) / min(3, len(encoders)),
+                         ranks=ranks.sort_values(["rank_b", "rank_a"], kind="stable"))
+
+
+# --------------------------------------------------------------------------- bootstrap results
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """A paired difference ``a - b`` with its percentile bootstrap interval."""
+
+    a: str
+    b: str
+    estimate: float
+    ci_low: float
+    ci_high: float
+    level: float
+    n_resamples: int
+
+
+@dataclass(frozen=True)
+class BootstrapReplicates:
+    """Per-encoder estimates and their bootstrap replicates (paired: one resample per row).
+
+    Attributes
+    ----------
+    estimate : Series
+        The statistic on the full sample, by encoder.
+    replicates : DataFrame
+        One row per replicate, one column per encoder; row r of every column used the same resample.
+    """
+
+    estimate: pd.Series
+    replicates: pd.DataFrame
+
+    @property
+    def n_resamples(self) -> int:
+        return len(self.replicates)
+
+    def paired_diff_ci(self, a: str, b: str, level: float = 0.95) -> PairedDifference:
+        """The percentile interval of the paired difference ``a - b`` over the replicates.
+
+        Replicates where either value is NaN (e.g. an AUROC with one class in the resample) are
+        left out of the interval.
+        """
+        _check_level(level)
+        for e in (a, b):
+            if e not in self.replicates.columns:
+                raise ValueError(f"no encoder {e!r} in the bootstrap (has {', '.join(self.replicates.columns)})")
+        diff = (self.replicates[a] - self.replicates[b]).dropna().to_numpy()
+        low, high = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
+        return PairedDifference(a=a, b=b, estimate=float(self.estimate[a] - self.estimate[b]), ci_low=float(low),
+                                ci_high=float(high), level=level, n_resamples=self.n_resamples)
+
+    def percentile_interval(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``estimate`` and the percentile interval ``ci_low, ci_high`` of its replicates.
+
+        NaN replicates (an AUROC with one class in the resample) are left out, as in :meth:`paired_diff_ci`.
+        """
+        _check_level(level)
+        low, high = (self.replicates.quantile(q) for q in ((1 - level) / 2, (1 + level) / 2))
+        return pd.DataFrame({"estimate": self.estimate, "ci_low": low, "ci_high": high})
+
+
+@dataclass(frozen=True)
+class SeedBootstrapResult(BootstrapReplicates):
+    """The seed-paired bootstrap of aggregate CRS (DESIGN.md section 10).
+
+    Attributes
+    ----------
+    estimate : Series
+        Each encoder's aggregate CRS on the seed-averaged profiles (:func:`crsrepro.score.crs.aggregate_crs`).
+    replicates : DataFrame
+        Aggregate CRS per replicate (rows) and encoder (columns).
+    rank_probabilities : DataFrame
+        P(rank = r) per encoder (rows) and rank r = 1..n (columns); rows and columns sum to 1.
+        Ties within a replicate are broken by encoder id **[ours]** (with continuous scores they
+        do not occur unless two profiles are identical).
+    """
+
+    rank_probabilities: pd.DataFrame
+
+    @property
+    def p_rank1(self) -> pd.Series:
+        """P(rank 1) by encoder; sums to 1."""
+        return self.rank_probabilities[1].rename("p_rank1")
+
+    @property
+    def p_top3(self) -> pd.Series:
+        """P(rank <= 3) by encoder; sums to min(3, number of encoders)."""
+        return self.rank_probabilities.loc[:, :3].sum(axis=1).rename("p_top3")
+
+
+# --------------------------------------------------------------------------- seed-paired bootstrap
+
+def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The cells, the seeds and the (cells, seeds, 4) array of raw profiles; every cell needs every seed."""
+    if "seed" not in per_seed_profiles.columns:
+        raise ProfileTableError("per-seed profiles: missing column seed (the seed-paired bootstrap resamples seeds)")
+    cell_means(per_seed_profiles, where="per-seed profiles")  # validates columns, values and duplicates
+    seeds = np.sort(per_seed_profiles["seed"].unique())
+    wide = per_seed_profiles.pivot(index=["encoder", "dataset"], columns="seed", values=list(DIMENSIONS))
+    wide = wide.sort_index()
+    if wide.isna().any().any():
+        encoder, dataset = wide.index[wide.isna().any(axis=1)][0]
+        have = sorted(per_seed_profiles.loc[(per_seed_profiles["encoder"] == encoder)
+                                            & (per_seed_profiles["dataset"] == dataset), "seed"])
+        raise ProfileTableError(f"per-seed profiles: cell (encoder {encoder}, dataset {dataset}) has seeds {have}, "
+                                f"expected every seed {seeds.tolist()} (the draw is shared by all encoders)")
+    values = np.stack([wide[d].to_numpy(float) for d in DIMENSIONS], axis=-1)  # (cells, seeds, 4)
+    return wide.index.to_frame(index=False), seeds, values
+
+
+SEED_VARYING = ("auroc", "ece", "robustness")
+"""The dimensions a run seed must move for the seed bootstrap to mean what the paper says (issue 10):
+D, C and R. Retention moves with the label-subset draw alone."""
+
+
+def seed_variance(per_seed_profiles: pd.DataFrame) -> pd.DataFrame:
+    """The spread over seeds of every dimension, per cell.
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column.
+
+    Returns
+    -------
+    DataFrame
+        One row per (encoder, dataset): ``n_seeds`` and ``sd_auroc, sd_ece, sd_retention,
+        sd_robustness``, the sample SD over seeds (ddof 1; NaN with one seed).
+    """
+    if "seed" not in per_seed_profiles.columns:
+        raise ProfileTableError("per-seed profiles: missing column seed (the seed variance is a spread over seeds)")
+    cell_means(per_seed_profiles, where="per-seed profiles")  # validates columns, values and duplicates
+    grouped = per_seed_profiles.groupby(["encoder", "dataset"], sort=True)
+    sd = grouped[list(DIMENSIONS)].std(ddof=1).add_prefix("sd_")
+    return grouped.size().rename("n_seeds").to_frame().join(sd).reset_index()
+
+
+def has_seed_variance(per_seed_profiles: pd.DataFrame, *, atol: float = 1e-12) -> bool:
+    """Whether the SD over seeds of D, C and R (:data:`SEED_VARYING`) exceeds ``atol`` in every cell.
+
+    The claims page marks the seed-bootstrap claims comparable with the paper only when this holds:
+    a bootstrap over seeds that change no D, C or R gives P(rank 1) of 0 or 1 and near-empty intervals.
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column.
+    atol : float, default 1e-12 **[ours]**
+        An SD at or below this counts as zero (identical runs differ by rounding only).
+    """
+    table = seed_variance(per_seed_profiles)
+    flat = ~(table[[f"sd_{d}" for d in SEED_VARYING]] > atol).all(axis=1)  # NaN (one seed) counts as flat
+    if flat.any():
+        first = table[flat].iloc[0]
+        logger.info("%d of %d cells have no seed variance in D, C or R (first: encoder %s, dataset %s)",
+                    int(flat.sum()), len(table), first["encoder"], first["dataset"])
+    return not flat.any()
+
+
+def _seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:
+    """(n_resamples, n_seeds) weights: how often each seed was drawn (with replacement) / n_seeds.
+
+    One draw of ``n_seeds`` seeds per replicate; the seed-paired and the two-level bootstraps draw
+    seeds with this function, so the same ``rng`` gives both the same seed draws.
+    """
+    draws = generator.integers(0, n_seeds, size=(n_resamples, n_seeds))
+    weights = np.zeros((n_resamples, n_seeds))
+    np.add.at(weights, (np.arange(n_resamples)[:, None], draws), 1.0 / n_seeds)
+    return weights
+
+
+def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_resamples: int = 10000,
+                          rng=0, peers: str = "resampled") -> SeedBootstrapResult:
+    """The paper's seed-paired bootstrap of aggregate CRS ranks (DESIGN.md section 10).
+
+    Each replicate draws S seeds with replacement from the S seeds (one draw shared by every cell),
+    averages each cell's per-seed reliability profiles with those multiplicities, normalises them
+    with the frame's anchors, scores every cell against the *same replicate's* profiles of its peers
+    (:func:`crsrepro.score.crs.score_by_dataset`, the code of :func:`crsrepro.score.crs.crs_scores`, with the
+    frame's weights), averages each encoder's cells and ranks the encoders. All replicates are
+    computed at once as arrays.
+
+    What each number estimates:
+
+    - ``estimate`` is the published point estimate: each encoder's aggregate CRS of its seed-mean
+      profiles against the frozen frame (:func:`crsrepro.score.crs.crs_scores`, what the book and the
+      claims page print). When the frame was frozen from these same profiles it is also the
+      replicate of the identity draw (every seed once).
+    - ``replicates`` (``peers="resampled"``, the default) are the aggregate CRS the panel would have
+      published had its seeds been the drawn ones: the frame's anchors and weights, with the panel
+      re-run together. Their spread is the seed-to-seed variability of the published scores, and a
+      seed effect shared by every encoder (an easy split) cancels in the Pareto term of a paired
+      difference, as the pairing intends. The frozen frame stays the reference for newcomers
+      (:func:`crsrepro.score.crs.score_encoder`) and for ``estimate``.
+    - ``peers="frozen"`` scores each replicate against the frame's frozen peer profiles instead:
+      the spread of an encoder's score against a fixed panel when only its own seeds vary. It breaks
+      the pairing of the Pareto term and is offered for comparison only (issue 10's toy panel).
+
+    Parameters
+    ----------
+    per_seed_profiles : DataFrame
+        A reliability-profiles table with a ``seed`` column; every cell must have every seed.
+    frame : ReferenceFrame
+        The frozen frame (fixed mode). A reference encoder without rows in ``per_seed_profiles``
+        keeps its frozen profile as a peer in every replicate (logged).
+    n_resamples : int, default 10000
+        The paper's count.
+    rng : int or numpy Generator, default 0
+    peers : {"resampled", "frozen"}, default "resampled"
+        Whose profiles a replicate is compared with (see above; the paper: resampled, DESIGN.md 10).
+
+    Returns
+    -------
+    SeedBootstrapResult
+        ``p_rank1``, ``p_top3``, ``rank_probabilities``, ``replicates`` and ``paired_diff_ci(a, b)``.
+    """
+    _check_n_resamples(n_resamples)
+    if peers not in PEERS:
+        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
+    cells, seeds, values = _per_seed_array(per_seed_profiles)
+    weights = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
+    p = normalise(np.einsum("bs,csk->cbk", weights, values), frame.anchors)  # (cells, replicates, 4)
+    crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (cells, replicates)
+    encoders = np.sort(cells["encoder"].unique())
+    membership = (cells["encoder"].to_numpy()[None, :] == encoders[:, None]).astype(float)
+    aggregate = (membership / membership.sum(1, keepdims=True)) @ crs  # (encoders, replicates)
+    order = np.argsort(-aggregate, axis=0, kind="stable")
+    ranks = np.empty_like(order)
+    np.put_along_axis(ranks, order, np.arange(1, len(encoders) + 1)[:, None], axis=0)
+    rank_probabilities = pd.DataFrame((ranks[:, :, None] == np.arange(1, len(encoders) + 1)).mean(axis=1),
+                                      index=pd.Index(encoders, name="encoder"),
+                                      columns=pd.RangeIndex(1, len(encoders) + 1, name="rank"))
+    estimate = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"].reindex(encoders)
+    return SeedBootstrapResult(estimate=estimate, replicates=pd.DataFrame(aggregate.T, columns=encoders),
+                               rank_probabilities=rank_probabilities)
+
+
+# --------------------------------------------------------------------------- case-level bootstrap
+
+def _weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Macro AUROC for each row of ``counts`` (case multiplicities), one-vs-rest columns.
+
+    ``y`` (N, L) holds 0/1 with NaN for masked entries, ``score`` (N, L), ``counts`` (B, N). Per column,
+    cases are sorted once by score and grouped into ties; a replicate's AUROC is
+    sum_g P_g (N_<g + N_g / 2) / (P N), with P_g and N_g its positive and negative weight in tie group g.
+    A column with no positive or no negative weight is NaN and left out of the mean (as
+    :func:`crsrepro.core.metrics.macro_auroc` skips it).
+    """
+    per_column = []
+    for k in range(y.shape[1]):
+        order = torch.argsort(score[:, k])
+        s, t = score[order, k], y[order, k]
+        group = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.long, device=s.device),
+                                        (s[1:] != s[:-1]).long()]), 0)
+        n_groups = int(group[-1]) + 1
+        c = counts[:, order]
+        pos = torch.zeros(c.shape[0], n_groups, dtype=c.dtype, device=c.device).index_add_(
+            1, group, c * torch.nan_to_num(t, nan=0.0))
+        neg = torch.zeros_like(pos).index_add_(1, group, c * torch.nan_to_num(1 - t, nan=0.0))
+        below = torch.cumsum(neg, 1) - neg
+        total = pos.sum(1) * neg.sum(1)
+        per_column.append((pos * (below + neg / 2)).sum(1) / torch.where(total > 0, total, torch.nan))
+    return torch.nanmean(torch.stack(per_column, 1), 1)
+
+
+def _case_counts(generator: np.random.Generator, n_replicates: int, n_cases: int) -> np.ndarray:
+    """(n_replicates, n_cases) multiplicities of N test cases drawn with replacement, one draw per row.
+
+    The case-level and the two-level bootstraps draw cases with this function, batch by batch.
+    """
+    draws = generator.integers(0, n_cases, size=(n_replicates, n_cases))
+    counts = np.bincount((draws + n_cases * np.arange(n_replicates)[:, None]).ravel(),
+                         minlength=n_replicates * n_cases)
+    return counts.reshape(n_replicates, n_cases)
+
+
+def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], *, task: str,
+                          n_resamples: int = 1000, rng=0, device: str = "cpu", batch_size: int = 250,
+                          progress: bool = True) -> BootstrapReplicates:
+    """Case-level paired bootstrap of macro AUROC over test images (beyond the paper, DESIGN.md 10).
+
+    Every replicate draws N test cases with replacement; the same draw is used for every encoder, so
+    differences between encoders are paired. Replicates are computed in batches as tensors on
+    ``device`` (a GPU when given; the CPU otherwise). The draws come from numpy, so a seed gives the
+    same replicates on any device.
+
+    Parameters
+    ----------
+    y_true : array
+        Class ids (N,) for ``task="multiclass"``; 0/1/NaN (N, L) for ``"multilabel"`` (see
+        :mod:`crsrepro.core.metrics`).
+    scores : mapping of encoder id to array of shape (N, K)
+        Each encoder's scores on the same N test cases, in the same order.
+    task : {"multiclass", "multilabel"}
+    n_resamples : int, default 1000 **[ours]**
+    rng : int or numpy Generator, default 0
+    device : str, default "cpu"
+        A torch device, e.g. ``"cuda"``.
+    batch_size : int, default 250 **[ours]**
+        Replicates per batch: bounds memory at about ``batch_size x N x 8`` bytes per tensor.
+    progress : bool, default True
+        Show a progress bar over batches.
+
+    Returns
+    -------
+    BootstrapReplicates
+        ``estimate`` is :func:`crsrepro.core.metrics.macro_auroc` on the full test set.
+    """
+    _check_n_resamples(n_resamples)
+    if not scores:
+        raise ValueError("scores must map at least one encoder id to its scores")
+    encoders = sorted(scores)
+    estimate = pd.Series({e: macro_auroc(y_true, scores[e], task=task) for e in encoders})  # validates shapes
+    n_cases = len(y_true)
+    if task == "multiclass":
+        k = np.asarray(scores[encoders[0]]).shape[1]
+        y = np.eye(k)[np.asarray(y_true, int)]
+    else:
+        y = np.asarray(y_true, float)
+    dev = torch.device(device)
+    y_t = torch.as_tensor(y, dtype=torch.float64, device=dev)
+    score_t = {e: torch.as_tensor(np.asarray(scores[e], float), device=dev) for e in encoders}
+    generator = _as_generator(rng)
+    out = np.empty((n_resamples, len(encoders)))
+    starts = range(0, n_resamples, batch_size)
+    for start in tqdm(starts, desc="case bootstrap", disable=not progress):
+        b = min(batch_size, n_resamples - start)
+        counts_t = torch.as_tensor(_case_counts(generator, b, n_cases), dtype=torch.float64, device=dev)
+        for j, e in enumerate(encoders):
+            out[start:start + b, j] = _weighted_macro_auroc(y_t, score_t[e], counts_t).cpu().numpy()
+    return BootstrapReplicates(estimate=estimate, replicates=pd.DataFrame(out, columns=encoders))
+
+
+# --------------------------------------------------------------------------- two-level bootstrap
+
+def _weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, task: str,
+                  n_bins: int) -> torch.Tensor:
+    """ECE for each row of ``counts`` (case multiplicities), as :func:`crsrepro.core.metrics.expected_calibration_error`.
+
+    Multi-class: ``y`` (N,) class ids, top-label confidence ``max_k p_k`` and correctness ``argmax == y``.
+    Multi-label: ``y`` (N, L) 0/1 with NaN masked, per label ``conf = max(p, 1 - p)`` and correctness
+    ``(p > 0.5) == y``, then the mean over the labels that keep an unmasked case in the resample. Bins
+    are ``(m-1)/M < conf <= m/M``; a case counted c times weighs c, so a bin's ``|acc - conf| * n_m / N``
+    is ``|sum_i c_i (correct_i - conf_i)| / sum_i c_i`` over its cases.
+    """
+    edges = torch.arange(n_bins + 1, dtype=torch.float64, device=prob.device) / n_bins
+
+    def binned_error(conf, correct, weights):  # weights (B, N) -> (B,)
+        index = torch.clamp(torch.searchsorted(edges, conf) - 1, 0, n_bins - 1)
+        gaps = torch.zeros(weights.shape[0], n_bins, dtype=weights.dtype, device=weights.device).index_add_(
+            1, index, weights * (correct - conf))
+        total = weights.sum(1)
+        return gaps.abs().sum(1) / torch.where(total > 0, total, torch.nan)
+
+    if task == "multiclass":
+        conf, predicted = prob.max(1)
+        return binned_error(conf, (predicted == y).double(), counts)
+    per_label = []
+    for k in range(y.shape[1]):
+        seen = ~torch.isnan(y[:, k])
+        p = prob[:, k]
+        correct = ((p > 0.5) == (y[:, k] == 1)).double()
+        per_label.append(binned_error(torch.maximum(p, 1 - p), correct, counts * seen))
+    return torch.nanmean(torch.stack(per_label, 1), 1)
+
+
+@dataclass(frozen=True)
+class TwoLevelBootstrapResult:
+    """The two-level (seeds x test cases) paired bootstrap of D and C (beyond the paper, DESIGN.md 10).
+
+    Attributes
+    ----------
+    auroc, ece : BootstrapReplicates
+        By encoder, the point estimate (the mean over seeds of the per-seed macro AUROC / ECE on the
+        whole test set: the D and C of the reliability profile) and one replicate per row; row r of
+        every encoder used the same seed draw and the same case draw, so differences are paired.
+    n_seeds, n_cases : int
+    resample_cases : bool
+        False when only seeds were resampled (the seed-only bootstrap of D and C).
+    """
+
+    auroc: BootstrapReplicates
+    ece: BootstrapReplicates
+    n_seeds: int
+    n_cases: int
+    resample_cases: bool
+
+    def summary(self, level: float = 0.95) -> pd.DataFrame:
+        """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, ece, ece_ci_low, ece_ci_high`` (percentile)."""
+        parts = [self.auroc.percentile_interval(level).add_prefix("auroc_"),
+                 self.ece.percentile_interval(level).add_prefix("ece_")]
+        out = pd.concat(parts, axis=1).rename(columns={"auroc_estimate": "auroc", "ece_estimate": "ece"})
+        out.index.name = "encoder"
+        return out
+
+
+def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, task: str, n_resamples: int = 1000,
+                        rng=0, device: str = "cpu", resample_cases: bool = True, n_bins: int = 15,
+                        batch_size: int = 250, progress: bool = False) -> TwoLevelBootstrapResult:
+    """Paired bootstrap over seeds *and* test cases of the macro AUROC and the ECE (beyond the paper).
+
+    Each replicate draws S seeds with replacement (the draw of :func:`seed_paired_bootstrap` with
+    the same ``rng``) and N test cases with replacement (as :func:`case_paired_bootstrap` draws
+    them), one draw shared by every encoder. For each drawn seed the metric is computed on the drawn
+    cases from that seed's probabilities, and the replicate is the mean over the drawn seeds (with
+    their multiplicities), just as a reliability profile's D and C are means over seeds of per-seed
+    metrics **[ours: not the metric of seed-averaged probabilities]**. The intervals therefore
+    include the test-set sampling noise that the seed-only bootstrap leaves out. AUROC is
+    :func:`crsrepro.core.metrics.macro_auroc` and ECE :func:`crsrepro.core.metrics.expected_calibration_error`
+    (15 bins, top-label; macro of the binary top-label ECE for multi-label), computed with case
+    weights in torch on ``device``; the draws come from numpy, so a seed gives the same replicates
+    on any device.
+
+    Parameters
+    ----------
+    y_true : array
+        Class ids (N,) for ``task="multiclass"``; 0/1/NaN (N, L) for ``"multilabel"``.
+    probs : mapping of encoder id to array of shape (S, N, K)
+        Each encoder's per-case test probabilities of the full-label probe, one slice per run seed:
+        the same S seeds in the same order and the same N cases in the same order for every encoder.
+        float16 is accepted (the compact store); values are computed in float64.
+    task : {"multiclass", "multilabel"}
+    n_resamples : int, default 1000 **[ours]**
+    rng : int or numpy Generator, default 0
+    device : str, default "cpu"
+        A torch device, e.g. ``"cuda"``; the same code runs on either.
+    resample_cases : bool, default True
+        False keeps every case once: the seed-only bootstrap of D and C. With one seed there is
+        nothing to draw for seeds, and the replicates are those of :func:`case_paired_bootstrap`.
+    n_bins : int, default 15
+        ECE bins (the paper's 15).
+    batch_size : int, default 250 **[ours]**
+        Replicates per batch: bounds memory at about ``batch_size x N x 8`` bytes per tensor.
+    progress : bool, default False
+        Show a progress bar over batches.
+
+    Returns
+    -------
+    TwoLevelBootstrapResult
+        ``auroc`` and ``ece`` (estimate and replicates by encoder) and ``summary(level)``.
+
+    Raises
+    ------
+    ValueError
+        No encoder, an array that is not (S, N, K) with N = len(y_true), encoders with different
+        shapes, or (from :mod:`crsrepro.core.metrics`) labels or probabilities out of range.
+    """
+    _check_n_resamples(n_resamples)
+    if not probs:
+        raise ValueError("probs must map at least one encoder id to its (seeds, cases, classes) probabilities")
+    encoders = sorted(probs)
+    arrays = {e: np.asarray(probs[e]) for e in encoders}
+    shape = arrays[encoders[0]].shape
+    for e in encoders:
+        if arrays[e].ndim != 3 or arrays[e].shape[1] != len(y_true):
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, expected (seeds, {len(y_true)} cases, "
+                             f"classes or labels)")
+        if arrays[e].shape != shape:
+            raise ValueError(f"probs[{e!r}] has shape {arrays[e].shape}, probs[{encoders[0]!r}] has {shape}: every "
+                             f"encoder needs the same seeds and cases")
+    n_seeds, n_cases = shape[0], shape[1]
+    auroc = {e: np.mean([macro_auroc(y_true, a, task=task) for a in arrays[e]]) for e in encoders}
+    ece = {e: np.mean([expected_calibration_error(y_true, a, task=task, n_bins=n_bins) for a in arrays[e]])
+           for e in encoders}  # the point estimates; they also validate labels, shapes and probabilities
+    generator = _as_generator(rng)
+    seed_weights = (_seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
+                    else np.ones((n_resamples, 1)))  # one seed: nothing to draw
+    dev = torch.device(device)
+    y = torch.as_tensor(np.asarray(y_true, float), dtype=torch.float64, device=dev)
+    if task == "multiclass":  # class ids for the ECE, one-vs-rest columns for the AUROC
+        y, y_auroc = y.long(), torch.nn.functional.one_hot(y.long(), shape[2]).double()
+    else:
+        y_auroc = y
+    stored = {e: torch.as_tensor(arrays[e], device=dev) for e in encoders}  # kept in their (compact) dtype
+    out = {m: np.empty((n_resamples, len(encoders))) for m in ("auroc", "ece")}
+    for start in tqdm(range(0, n_resamples, batch_size), desc="two-level bootstrap", disable=not progress):
+        b = min(batch_size, n_resamples - start)
+        counts = (_case_counts(generator, b, n_cases) if resample_cases else np.ones((b, n_cases)))
+        counts_t = torch.as_tensor(counts, dtype=torch.float64, device=dev)
+        w = torch.as_tensor(seed_weights[start:start + b], dtype=torch.float64, device=dev)  # (b, S)
+        for j, e in enumerate(encoders):
+            per_seed = {"auroc": [], "ece": []}
+            for s in range(n_seeds):
+                prob = stored[e][s].double()
+                per_seed["auroc"].append(_weighted_macro_auroc(y_auroc, prob, counts_t))
+                per_seed["ece"].append(_weighted_ece(y, prob, counts_t, task=task, n_bins=n_bins))
+            for m in out:
+                out[m][start:start + b, j] = (w * torch.stack(per_seed[m], 1)).sum(1).cpu().numpy()
+    return TwoLevelBootstrapResult(
+        auroc=BootstrapReplicates(estimate=pd.Series(auroc), replicates=pd.DataFrame(out["auroc"], columns=encoders)),
+        ece=BootstrapReplicates(estimate=pd.Series(ece), replicates=pd.DataFrame(out["ece"], columns=encoders)),
+        n_seeds=n_seeds, n_cases=n_cases, resample_cases=resample_cases)
+
