@@ -1,7 +1,7 @@
 """Time the seed-paired bootstrap at the paper's size, and the case-level and two-level bootstraps per device.
 
-The paper's bootstrap: 10,000 replicates, 15 encoders x 3 datasets x 5 seeds (issue 6 asks for
-seconds, not minutes), with resampled peers (the default, issue 10) beside frozen peers. The
+The paper's bootstrap (DESIGN.md section 10): 10,000 replicates, 15 encoders x 3 datasets x 5 seeds, in
+seconds, not minutes, with resampled peers (the default) beside frozen peers. The
 case-level and the two-level (seeds x cases) bootstraps (beyond the paper) resample test images; they
 are timed side by side on the CPU and, when one is present, on the GPU, at a CheXpert-like size given
 by ``--cases``.

@@ -1,4 +1,4 @@
-"""Pure-forward vs end-to-end feature-extraction throughput, measured side by side (issue 4).
+"""Pure-forward vs end-to-end feature-extraction throughput, measured side by side (DESIGN.md section 5).
 
 Pure forward: batches already decoded, resized and on the device; only ``forward_batch`` (the same call the
 extractor makes: bf16 autocast and channels-last on a GPU, fp32 on a CPU). End to end:
@@ -32,8 +32,8 @@ import pandas as pd
 import torch
 from PIL import Image
 
-from crsrepro.encoders import create_encoder, get_spec
-from crsrepro.extract.features import _entry_paths, _read_entry, extract_features, forward_batch
+from crsrepro.encoders import create_encoder, get_encoder_spec
+from crsrepro.extract.features import _entry_paths, extract_features, forward_batch, read_entry
 
 
 def write_jpegs(folder: Path, n: int, size: int, seed: int = 0) -> pd.DataFrame:
@@ -71,7 +71,7 @@ def pure_forward_rate(encoder, n: int, batch_size: int) -> float:
 
 def demo_conditions() -> tuple[str, ...]:
     """The demo profile's test conditions: clean and every paper perturbation at every severity."""
-    from crsrepro.extract.perturb import PERTURBATIONS, SEVERITIES
+    from crsrepro.core.vocab import PERTURBATIONS, SEVERITIES
 
     return ("clean",) + tuple(f"{p}@{s}" for p in PERTURBATIONS for s in SEVERITIES)
 
@@ -92,7 +92,7 @@ def verify_overhead(cache_dir: Path, n_rows: int) -> tuple[int, float, float]:
     keys = [meta.name.removesuffix(".meta.json") for meta in cache_dir.glob("*/*.meta.json")]
     started = time.perf_counter()
     for key in keys:
-        assert _read_entry(cache_dir, key, n_rows) is not None
+        assert read_entry(cache_dir, key, n_rows) is not None
     checked = (time.perf_counter() - started) / len(keys) * 1e3
     started = time.perf_counter()
     for key in keys:
@@ -147,7 +147,7 @@ def main(argv=None) -> None:
         demo_panel(args)
         return
 
-    spec = get_spec(args.encoder)
+    spec = get_encoder_spec(args.encoder)
     encoder = create_encoder(args.encoder, weights=args.weights, device=args.device)
     size = args.image_size or spec.input_size
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,4 +1,4 @@
-"""Training throughput of one LoRA step, and the GPU-hours of the paper's LoRA protocol (issue 13, "Speed").
+"""Training throughput of one LoRA step, and the GPU-hours of the paper's LoRA protocol (README "Speed").
 
 1. The demo's LoRA-adaptable networks on the CPU (:func:`crsrepro.run.lora.adapt` and the training step of
    :func:`crsrepro.run.lora.train`: forward, loss, backward, AdamW step) at the demo's batch size.
@@ -7,7 +7,7 @@
    ``pretrained=False``: the weights do not change the speed, and nothing is downloaded).
 3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs,
    :func:`crsrepro.run.lora.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
-   from the planner's documented rate (``crsrepro.run.plan.THROUGHPUTS``: the ~3,100 img/s that issue 13
+   from the planner's documented rate (``crsrepro.run.plan.THROUGHPUTS``: the ~3,100 img/s that a measurement outside this repository
    quotes for one H200, not measured here).
 
 Usage::
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.run.lora import DEFAULT_BATCH_SIZE, _embed, _loss, adapt, adaptable, paper_gpu_hours
+from crsrepro.run.lora import LoraParams, _embed, _loss, adapt, adaptable, paper_gpu_hours
 from crsrepro.run.plan import THROUGHPUTS
 from crsrepro.profiles import load_profile
 
@@ -89,7 +89,7 @@ def vit_b16_gpu_step(batch_size: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5, help="timed steps per network (after 2 warm-up steps)")
-    parser.add_argument("--batch", type=int, default=DEFAULT_BATCH_SIZE, help="CPU batch size")
+    parser.add_argument("--batch", type=int, default=LoraParams().batch_size, help="CPU batch size")
     parser.add_argument("--gpu-batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-cpu", action="store_true", help="skip the demo networks")

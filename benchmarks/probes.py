@@ -1,4 +1,4 @@
-"""Speed of the linear-probe backends, measured side by side (issue 5, "Speed"; DESIGN.md section 7).
+"""Speed of the linear-probe backends, measured side by side (DESIGN.md section 7).
 
 Three measurements on the same synthetic, real-like features (a low-rank latent signal with a
 decaying spectrum, non-negative and offset like pooled CNN/ViT embeddings, so ill-conditioned):
@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from threadpoolctl import threadpool_limits
 
-from crsrepro.data import get_spec as get_dataset_spec
-from crsrepro.encoders import get_spec as get_encoder_spec
-from crsrepro.fit.probes import C_GRID, LinearProbe, fit_linear_probes
+from crsrepro.data import get_dataset_spec
+from crsrepro.encoders import get_encoder_spec
+from crsrepro.fit.linear import C_GRID, LinearProbe, fit_linear_probes
 from crsrepro.profiles import load_profile
 
 PAPER_SCALES = {  # name: (train+val rows, feature dim, task, classes or labels)

@@ -50,8 +50,8 @@ _COMPILED = [(stage, re.compile(pattern)) for stage, pattern in STAGES]
 #: (task, regular expression on the whole stack): which of the build's tasks a sample belongs to, by the
 #: first pattern that matches anywhere in its stack.
 TASKS = [
-    ("depth sweep (precompute tasks)", r"_depth_task"),
-    ("LoRA fine-tuning (precompute tasks)", r"_lora_task"),
+    ("depth sweep (stage tasks)", r"_pair_task"),
+    ("LoRA fine-tuning (stage tasks)", r"_cell_task"),
     ("grid probe tasks", r"_probe_task"),
     ("grid extraction tasks", r"_extract_task"),
     ("chapters (notebook kernels)", r"ipykernel"),
@@ -78,8 +78,8 @@ def stage_of(stack: str) -> str:
 def task_of(stack: str) -> str:
     """The build task a collapsed stack belongs to (:data:`TASKS`); "planning, merging, start-up" otherwise.
 
-    >>> task_of("spawn_main (spawn.py:1);_call (executor.py:2);_depth_task (book.py:3);fit (probes.py:4)")
-    'depth sweep (precompute tasks)'
+    >>> task_of("spawn_main (spawn.py:1);_call (executor.py:2);_pair_task (depth.py:3);fit (linear.py:4)")
+    'depth sweep (stage tasks)'
     """
     return next((task for task, pattern in _TASKS if pattern.search(stack)), "planning, merging, start-up")
 

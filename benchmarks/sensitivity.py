@@ -1,4 +1,4 @@
-"""Time the sensitivity multiverse on a synthetic panel the size of the demo (issue 15).
+"""Time the sensitivity multiverse on a synthetic panel the size of the demo (DESIGN.md section 14).
 
 10 encoders x 3 datasets x 5 seeds, every perturbation at three severities and the CheXpert ->
 MIMIC-CXR transfer; the shipped space (2,052 combinations without the C budget's full_val level).
@@ -16,30 +16,29 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.analyse.run_analysis import RunAnalysis
-from crsrepro.score.crs import ReferenceFrame
-from crsrepro.run.grid import frame_path
-from crsrepro.core.schema import RUN_KEYS
 from crsrepro.analyse.sensitivity import load_space, multiverse
-from crsrepro.core.vocab import PERTURBATIONS
+from crsrepro.core.schema import PRIMARY, RUN_KEYS, condition_name
+from crsrepro.core.vocab import CLEAN, PERTURBATIONS
+from crsrepro.score.crs import ReferenceFrame
+from crsrepro.score.frame import frame_path
 
 
 def demo_sized_analysis(manifest_dir: Path, n_encoders=10, n_seeds=5, rng=0) -> RunAnalysis:
     """A RunAnalysis of the demo profile over synthetic runs, with its frame frozen from them."""
     rng = np.random.default_rng(rng)
-    conditions = [f"{p}@{s}" for p in PERTURBATIONS for s in (1, 2, 3)]
+    conditions = [condition_name(p, s) for p in PERTURBATIONS for s in (1, 2, 3)]
     rows = []
     for i in range(n_encoders):
         quality = i / max(1, n_encoders - 1)
         for dataset in ("isic2019", "aptos2019", "chexpert"):
             for seed in range(n_seeds):
-                base = dict(encoder=f"enc{i:02d}", family="general", dataset=dataset, seed=seed, probe="linear",
-                            layer="final", regime="frozen", recalibrator="none")
+                base = dict(PRIMARY, encoder=f"enc{i:02d}", family="general", dataset=dataset, seed=seed)
                 auroc = 0.65 + 0.3 * quality + rng.normal(0, 0.01)
                 ece = 0.15 - 0.1 * quality + rng.normal(0, 0.01)
                 run = lambda **kw: rows.append(base | dict(ece=ece, classwise_ece=ece * rng.uniform(0.6, 1.0)) | kw)  # noqa: E731
                 for fraction in (0.01, 0.05, 0.1, 0.25):
-                    run(label_fraction=fraction, condition="clean", auroc=auroc * rng.uniform(0.8, 1.0))
-                run(label_fraction=1.0, condition="clean", auroc=auroc)
+                    run(label_fraction=fraction, condition=CLEAN, auroc=auroc * rng.uniform(0.8, 1.0))
+                run(label_fraction=1.0, condition=CLEAN, auroc=auroc)
                 for condition in conditions:
                     run(label_fraction=1.0, condition=condition, auroc=auroc - rng.uniform(0.0, 0.15))
                 if dataset == "chexpert":

@@ -2,12 +2,12 @@
 
 ::
 
-    crsrepro book [--profile demo]            demo world, run grid, notebooks, Jupyter Book -> index.html
+    crsrepro book [--profile demo]            demo world, every stage (grid, depth, LoRA), notebooks, Jupyter Book
     crsrepro notebook NAME [--profile demo]   execute one notebook with papermill into book/_generated/
     crsrepro demo-world [--profile demo]      write the synthetic datasets in the real layouts
     crsrepro run [--profile demo] [--executor local|dask|serial] [--workers N] [--scheduler ADDRESS]
                                               run the grid (resumes; skips finished runs) -> results.parquet
-    crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run
+    crsrepro freeze-frame [--profile demo]    freeze the CRS reference frame from a complete run's results
     crsrepro score --encoder ID --profile P   score a new encoder against the profile's frozen frame
     crsrepro plan [--profile demo]            GPU-hours, CPU-hours and cache disk of a profile, per stage
     crsrepro check-weights [--encoder ID]     load local paper-encoder weights strictly on the CPU, report
@@ -42,8 +42,8 @@ def _cmd_demo_world(args) -> None:
 
 
 def _cmd_run(args) -> None:
-    from crsrepro.run.grid import run_grid
     from crsrepro.profiles import load_profile
+    from crsrepro.run.grid import run_grid
 
     profile = load_profile(args.profile)
     table = run_grid(profile, progress=not args.quiet, executor=args.executor, workers=args.workers,
@@ -53,9 +53,9 @@ def _cmd_run(args) -> None:
 
 def _cmd_freeze_frame(args) -> None:
     from crsrepro.analyse.run_analysis import RunAnalysis
-    from crsrepro.run.grid import frame_path, freeze_frame
+    from crsrepro.score.frame import frame_path, freeze_frame
 
-    analysis = RunAnalysis.load(args.profile, progress=not args.quiet)
+    analysis = RunAnalysis.load(args.profile)
     freeze_frame(analysis.profile, analysis.results, overwrite=args.overwrite)
     print(f"froze the reference frame of profile {analysis.profile.name!r} to {frame_path(analysis.profile)} "
           f"(results {analysis.results_hash[:12]})")
@@ -82,7 +82,7 @@ def _cmd_book(args) -> None:
 
 
 def _cmd_score(args) -> None:
-    from crsrepro.run.grid import score_new_encoder
+    from crsrepro.analyse.new_encoder import score_new_encoder
     from crsrepro.profiles import load_profile
 
     print(score_new_encoder(load_profile(args.profile), args.encoder, weights=args.weights,

@@ -135,8 +135,9 @@ def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool 
     """Run a tiny smoke-derived grid in its own CRSREPRO_HOME and manifest folder and yield its
     RunAnalysis (optionally with a frozen frame): the shared body of the module-scoped tiny-grid
     fixtures of the subgroup and operating-point tests."""
-    from crsrepro.run import grid
     from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.run import grid
+    from crsrepro.score.frame import freeze_frame
     from crsrepro.profiles import load_profile
 
     home = tmp_path_factory.mktemp(name)
@@ -146,7 +147,7 @@ def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool 
         profile = load_profile("smoke", overrides=overrides)
         results = grid.run_grid(profile, progress=False)
         if freeze:
-            grid.freeze_frame(profile, results)
+            freeze_frame(profile, results)
         yield RunAnalysis(profile, results)
 
 

@@ -1,4 +1,4 @@
-"""Bad input (issue 17, "Bad input suite"): each malformed input gives one clear line naming the file
+"""Bad input (DESIGN.md section 13): each malformed input gives one clear line naming the file
 and the row or key, as a :class:`~crsrepro.core.errors.CrsreproError`; nothing is silently dropped and no
 half-written file is left behind.
 
@@ -29,8 +29,8 @@ from crsrepro.cli import main
 from crsrepro.data import load_dataset, prepare_dataset, read_image
 from crsrepro.data.manifests import load_or_create_manifest
 from crsrepro.encoders import create_encoder
-from crsrepro.encoders.registry import load_state_dict
-from crsrepro.core.errors import CrsreproError, DataError, MissingWeightsError, ProfileError
+from crsrepro.encoders.weights import load_state_dict
+from crsrepro.core.errors import CrsreproError, DataError, MissingWeightsError, ProfileError, WrongWeightsError
 from crsrepro.profiles import PROFILE_DIR, load_profile
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))
@@ -174,7 +174,7 @@ def test_cmyk_jpeg_loads_as_rgb(tmp_path):
 # ---------------------------------------------------------------- ISIC 2019
 @needs_realdata
 def test_isic_renamed_column_gender_instead_of_sex(tmp_path, caplog):
-    """Metadata is descriptive (issue 16): a csv without ``sex`` loads, with sex unknown and a log line."""
+    """Metadata is descriptive (DESIGN.md section 14): a csv without ``sex`` loads, with sex unknown and a log line."""
     _, meta = isic(tmp_path)
     meta.rename(columns={"sex": "gender"}).to_csv(tmp_path / "ISIC_2019_Training_Metadata.csv", index=False)
     with caplog.at_level(logging.INFO):
@@ -389,22 +389,22 @@ def isic_table(tmp_path):
 
 
 def test_manifest_whose_hash_does_not_match(tmp_path, isic_table):
-    load_or_create_manifest(isic_table, dataset="isic2019", profile_name="t", manifest_dir=tmp_path, seed=0)
+    load_or_create_manifest(isic_table, dataset="isic2019", manifests_name="t", manifest_dir=tmp_path, seed=0)
     path = tmp_path / "isic2019_t.csv"
     lines = path.read_text().splitlines(keepends=True)
     lines[3] = lines[3].replace(",test,", ",pool,") if ",test," in lines[3] else lines[3].replace(",pool,", ",test,")
     path.write_text("".join(lines))
     with pytest.raises(DataError) as err:
-        load_or_create_manifest(isic_table, dataset="isic2019", profile_name="t", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(isic_table, dataset="isic2019", manifests_name="t", manifest_dir=tmp_path, seed=0)
     one_line(err, "isic2019_t.csv: SHA-256", "does not match isic2019_t.csv.sha256")
 
 
 def test_manifest_of_another_release(tmp_path, isic_table):
     other = isic_table.iloc[:30].copy()  # an earlier release: fewer images, the same ids
     other.attrs = isic_table.attrs
-    load_or_create_manifest(other, dataset="isic2019", profile_name="t", manifest_dir=tmp_path, seed=0)
+    load_or_create_manifest(other, dataset="isic2019", manifests_name="t", manifest_dir=tmp_path, seed=0)
     with pytest.raises(DataError) as err:
-        load_or_create_manifest(isic_table, dataset="isic2019", profile_name="t", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(isic_table, dataset="isic2019", manifests_name="t", manifest_dir=tmp_path, seed=0)
     one_line(err, "isic2019_t.csv: stale manifest: 10 images of the data are not in it")
 
 
@@ -455,7 +455,7 @@ def test_weights_folder_without_the_weight_file(tmp_path):
 
 def test_weights_of_the_wrong_shape(tmp_path):
     folder = _tiny_resnet(tmp_path / "w", edit=lambda sd: {**sd, "conv1.weight": torch.zeros(64, 3, 5, 5)})
-    with pytest.raises(MissingWeightsError) as err:
+    with pytest.raises(WrongWeightsError) as err:
         create_encoder("general.resnet50", weights=folder)
     one_line(err, "general.resnet50:", "1 tensors of the wrong shape", "conv1.weight: (64, 3, 5, 5) in the file, "
              "(64, 3, 7, 7) in the network")
@@ -474,12 +474,12 @@ def test_checkpoint_that_asks_to_unpickle_code(tmp_path):
     folder.mkdir()
     marker = tmp_path / "code_ran"
     torch.save({"model": {"w": torch.zeros(1)}, "hook": _RunsCode(marker)}, folder / "RETFound_cfp_weights.pth")
-    with pytest.raises(MissingWeightsError) as err:
+    with pytest.raises(WrongWeightsError) as err:
         create_encoder("specialist.retfound", weights=folder)
     one_line(err, "RETFound_cfp_weights.pth: not a readable weights-only checkpoint",
              "it asks for the Python object")
     assert not marker.exists()
-    with pytest.raises(MissingWeightsError):
+    with pytest.raises(WrongWeightsError):
         load_state_dict(folder / "RETFound_cfp_weights.pth")
     assert not marker.exists()
 

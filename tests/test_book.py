@@ -33,7 +33,7 @@ def test_book_builds_on_smoke(smoke_book):
     assert len(linear) == len(runs)
     assert linear["value"].between(0.0, 1.0).all()
 
-    # The demo world is hard enough to teach (issue 3): clean AUROC spreads across the panel and stays
+    # The demo world is hard enough to teach (DESIGN.md section 2): clean AUROC spreads across the panel and stays
     # clearly below 1, and the second hospital costs AUROC.
     full = linear[linear.label_fraction == 1.0].groupby(["dataset", "encoder", "condition"])["value"].mean()
     clean = full.xs("clean", level="condition")
@@ -56,7 +56,7 @@ def test_book_builds_on_smoke(smoke_book):
 
 
 # The numbers a chapter's prose quotes (myst-nb glue) and the claims page's measurement of the same
-# quantity: both must come from the one RunAnalysis, so they cannot disagree (issue 9).
+# quantity: both must come from the one RunAnalysis, so they cannot disagree (DESIGN.md section 12).
 CHAPTER_VS_CLAIMS = {
     "01_discrimination": {"auroc_leader_value": "aggregate_auroc:rank1"},
     "02_calibration": {"temperature_mean_drop": "recalibration_mean_absolute_drop"},
@@ -85,10 +85,11 @@ def _glued(notebook_path) -> dict[str, str]:
 @pytest.mark.slow
 def test_chapters_and_the_claims_page_show_the_same_numbers(smoke_book, monkeypatch):
     from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.present.measurements import measure
 
     monkeypatch.setenv("CRSREPRO_HOME", str(smoke_book.home))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(smoke_book.checkout / "data_manifests"))
-    measured = RunAnalysis.load("smoke").measurements
+    measured = measure(RunAnalysis.load("smoke"))
     compared = 0
     for notebook, pairs in CHAPTER_VS_CLAIMS.items():
         glued = _glued(smoke_book.checkout / "book" / "_generated" / f"{notebook}.ipynb")

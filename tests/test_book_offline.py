@@ -1,6 +1,6 @@
 """The built book loads nothing from the web: MathJax, fonts and scripts are served from ``_static``.
 
-Issue 14: formulas showed as raw LaTeX offline because MathJax came from a CDN. This test reads every
+DESIGN.md section 12: formulas showed as raw LaTeX offline because MathJax came from a CDN. This test reads every
 built page of the shared smoke book and lists each script, stylesheet or image it would fetch from an
 absolute ``http(s)://`` (or protocol-relative ``//``) address.
 """

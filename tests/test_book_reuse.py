@@ -1,8 +1,10 @@
-"""A rebuild re-executes only the chapters whose inputs changed (issue 18): the inputs key of
-``crsrepro.present.book.execution_inputs`` and the record each executed copy keeps."""
+"""A rebuild re-executes only the chapters whose inputs changed (DESIGN.md section 13): the inputs key of
+``crsrepro.present.book.execution_inputs`` and the record each executed copy keeps; and the chapters read
+what the stages wrote before them."""
 
 import json
 
+import pandas as pd
 import pytest
 
 from crsrepro.present import book
@@ -73,71 +75,36 @@ def test_the_status_page_says_which_chapters_this_build_executed(checkout):
 
 
 @pytest.mark.slow
-def test_depth_and_lora_are_precomputed_so_the_chapters_only_merge(tmp_path, monkeypatch):
-    """The book's precompute step writes every row-set of the depth sweep and the LoRA grid, so that
-    the chapters' own calls (``RunAnalysis.depth``, ``.lora_results``) compute nothing."""
-    from crsrepro.run import depth, lora
-    from crsrepro.encoders import get_spec
+def test_the_stages_write_depth_and_lora_and_the_chapters_only_read(tmp_path, monkeypatch):
+    """``crsrepro book`` runs the depth and LoRA stages before the chapters, so that the chapters' reads
+    (``RunAnalysis.depth``, ``.lora_results``) train nothing; before the stages ran, a read is an error
+    that names the command."""
+    from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.core.errors import CrsreproError
+    from crsrepro.encoders import get_encoder_spec
     from crsrepro.profiles import load_profile
+    from crsrepro.run import depth, lora
+    from crsrepro.run.stages import run_stages
 
     monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
     (tmp_path / "manifests").mkdir()
-    profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
-                                               "perturbations": ["jpeg"], "control_probes": {"probes": []},
-                                               "encoders": ["demo.random_cnn", "demo.color_histogram"], "seeds": [0]})
-    assert lora.default_cells(profile) == depth.default_pairs(profile) == [("demo.random_cnn", "aptos2019")]
-    book.precompute_depth_and_lora(profile, executor="serial", progress=False)
-    # the parallel tasks write row-sets only: none of them rewrites the shared merged tables
-    assert not (profile.output_path / "depth" / "results.parquet").exists()
-    assert not (profile.output_path / "lora" / "results.parquet").exists()
+    tiny = {"datasets": ["aptos2019"], "transfer": {}, "severities": [2], "perturbations": ["jpeg"],
+            "control_probes": {"probes": []}, "encoders": ["demo.random_cnn", "demo.color_histogram"], "seeds": [0]}
+    profile = load_profile("smoke", overrides=tiny)
+    assert lora.lora_cells(profile) == depth.pairs(profile) == [("demo.random_cnn", "aptos2019")]
+    with pytest.raises(CrsreproError, match="no depth results.*run `crsrepro book --profile smoke`"):
+        RunAnalysis(profile, pd.DataFrame()).depth
+    run_stages(profile, [depth.DepthStage(), lora.LoraStage()], executor="serial", progress=False)
 
     def refuse(*args, **kwargs):
-        raise AssertionError("the chapter recomputed what the precompute step wrote")
+        raise AssertionError("a chapter recomputed what the stages wrote")
 
     monkeypatch.setattr(lora, "finetune", refuse)
     monkeypatch.setattr(depth, "_unit_rows", refuse)
-    assert set(depth.sweep(profile)["layer"]) == set(depth.taps(get_spec("demo.random_cnn")))
-    assert set(lora.lora_grid(profile)["regime"]) == {"lora"}
-
-
-def test_the_claims_table_of_a_run_is_computed_once_and_read_by_the_other_chapters(tmp_path, monkeypatch):
-    import pandas as pd
-
-    import crsrepro.present.claims
-    import crsrepro.present.measurements
-    from crsrepro.analyse.run_analysis import RunAnalysis
-
-    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
-    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
-    (tmp_path / "manifests").mkdir()
-    calls = []
-
-    def claims_table(*args, **kwargs):
-        calls.append(1)
-        return pd.DataFrame({"id": ["a"], "status": ["measured"]})
-
-    monkeypatch.setattr(crsrepro.present.claims, "claims_table", claims_table)
-    monkeypatch.setattr(crsrepro.present.measurements, "multiverse_shares", lambda table: {})
-
-    def analysis(results, rng=0):
-        a = RunAnalysis("smoke", results, rng=rng)
-        a.__dict__.update(measurements={}, multiverse=None)  # what the claims need, without measuring
-        return a
-
-    run = pd.DataFrame({"rowset": ["k1", "k2"], "value": [0.1, 0.2]})
-    first = analysis(run).claims
-    assert len(calls) == 1 and len(list((tmp_path / ".crsrepro").rglob("claims/*.pkl"))) == 1
-    pd.testing.assert_frame_equal(analysis(run).claims, first)              # another chapter's kernel: read
-    assert len(calls) == 1
-    analysis(run, rng=1).claims                                              # another input: computed
-    analysis(run.assign(rowset=["k1", "k3"])).claims
-    assert len(calls) == 3
-    (tmp_path / "manifests" / "crs_reference_smoke.yaml").write_text("frame\n")   # a (re)frozen frame
-    analysis(run).claims
-    assert len(calls) == 4
-    by_hand = pd.DataFrame({"value": [0.1]})                                  # no row-sets: never cached
-    assert analysis(by_hand).claims_key() is None
-    analysis(by_hand).claims
-    analysis(by_hand).claims
-    assert len(calls) == 6
+    analysis = RunAnalysis(profile, pd.DataFrame())
+    assert set(analysis.depth["layer"]) == set(depth.taps(get_encoder_spec("demo.random_cnn")))
+    assert set(analysis.lora_results["regime"]) == {"lora"}
+    stale = load_profile("smoke", overrides={**tiny, "lora": {"epochs": 3}})
+    with pytest.raises(CrsreproError, match="merged for another version of profile 'smoke'.*epochs"):
+        RunAnalysis(stale, pd.DataFrame()).lora_results

@@ -1,4 +1,4 @@
-"""The built smoke book read in a real browser, page by page, as a new reader meets it (issue 14).
+"""The built smoke book read in a real browser, page by page, as a new reader meets it (DESIGN.md section 12).
 
 Debian's ``chromium`` and ``chromium-driver`` (``make test`` installs them when missing) are driven by
 PyPI selenium through ``/usr/bin/chromedriver``, set explicitly so that selenium-manager never runs

@@ -9,6 +9,7 @@ import json
 
 from crsrepro.fit.calibration import (RECALIBRATORS, TooFewCasesError, cross_validated_ece, make_recalibrator,
                                   recalibrator_from_dict, select_recalibrator)
+from crsrepro.core import vocab
 from crsrepro.core.metrics import expected_calibration_error, macro_auroc
 
 SHARPNESS = 3.0  # the over-confident classifier multiplies the true logits by this
@@ -25,6 +26,11 @@ def _overconfident(task, n, rng):
     y = (rng.uniform(size=z.shape) < expit(z)).astype(float)
     y[rng.uniform(size=y.shape) < 0.1] = np.nan
     return expit(SHARPNESS * z), y
+
+
+def test_every_recalibrator_of_the_vocabulary_has_its_class():
+    # the run grid and the plan count vocab.RECALIBRATORS; each must have its class, in the same order
+    assert tuple(RECALIBRATORS) == vocab.RECALIBRATORS
 
 
 @pytest.mark.parametrize("task", ["multiclass", "multilabel"])

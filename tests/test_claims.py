@@ -9,11 +9,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from crsrepro.present.claims import (CLAIMS_PATH, NOTEBOOKS, STATUSES, ClaimsError, claims_table, load_claims,
-                             measure_claims, reversed_pairs_for_tau)
 from crsrepro.core.errors import CrsreproError
-from crsrepro.profiles import load_profile
 from crsrepro.core.schema import RUN_KEYS
+from crsrepro.present.chapters import CHAPTERS
+from crsrepro.present.claims import (CLAIMS_PATH, STATUSES, ClaimsError, claims_key, claims_table, load_claims,
+                                     paper_checks, reversed_pairs_for_tau, run_claims)
+from crsrepro.present.measurements import measure
+from crsrepro.profiles import load_profile
 
 SEED_REVIEW = Path(__file__).parents[1] / ".." / "shared" / "seed" / "000_e17ff5654a74f3ba.txt"
 CLAIMS = load_claims()
@@ -22,8 +24,9 @@ CLAIMS = load_claims()
 # --------------------------------------------------------------------------- the claims file
 
 def test_claims_file_loads_with_unique_ids_and_known_chapters():
+    """Every claim names a chapter that measures claims (:data:`CHAPTERS`), and every such chapter has one."""
     assert len(CLAIMS) > 100 and CLAIMS["id"].is_unique
-    assert set(CLAIMS["notebook"]) == set(NOTEBOOKS)
+    assert set(CLAIMS["notebook"]) == {name for name, chapter in CHAPTERS.items() if chapter.claims}
     assert set(CLAIMS["scope"]) == {"any", "paper"}
     ranges = CLAIMS[CLAIMS["value"].map(lambda v: isinstance(v, tuple))]
     assert set(ranges["id"]) >= {"crs_leader_diff_ci", "recalibration_relative_reduction", "rad_dino_depth50_gain"}
@@ -87,7 +90,7 @@ GOOD = dict(id="x_count", value=3, kind="count", source="三", gloss="three", se
     ({"scope": "everywhere"}, r"claim 1 \(id 'x_count'\): scope must be one of any, paper"),
     ({"value": [0.3, 0.1]}, r"value must be a number or \[low, high\]"),
     ({"value": "0,5"}, r"value must be a number"),
-    ({"notebook": "09_extra"}, r"notebook must be one of"),
+    ({"notebook": ""}, r"notebook must be a non-empty string"),
     ({"id": "BadId"}, r"id must be snake_case"),
     ({"analogue": "y"}, r"analogue is only for scope paper"),
 ])
@@ -125,13 +128,13 @@ STATUS_CLAIMS = [
 MEASURED = {"m_any": 3.0, "m_paper": 0.9123, "m_analogue": 0.61, "m_range": (0.12, 0.25), "m_none": None}
 
 
-def _table(tmp_path, profile_name):
+def _table(tmp_path, paper_scope):
     return claims_table(load_claims(_write_claims(tmp_path, STATUS_CLAIMS)), MEASURED,
-                        profile_name=profile_name).set_index("id")
+                        paper_scope=paper_scope).set_index("id")
 
 
 def test_status_on_a_non_paper_profile(tmp_path):
-    table = _table(tmp_path, "demo")
+    table = _table(tmp_path, False)
     assert set(table["status"]) <= set(STATUSES)
     assert table.loc["any_measured", ["this run", "status"]].tolist() == ["3", "measured"]
     assert table.loc["any_missing", ["this run", "status"]].tolist() == ["", "not measured"]
@@ -146,7 +149,7 @@ def test_status_on_a_non_paper_profile(tmp_path):
 
 
 def test_status_on_the_paper_profile(tmp_path):
-    table = _table(tmp_path, "paper")
+    table = _table(tmp_path, True)
     assert table.loc["paper_with_analogue", ["this run", "status"]].tolist() == ["0.9123", "measured"]
     assert table.loc["paper_range", ["paper value", "this run"]].tolist() == ["[0.1, 0.2]", "[0.12, 0.25]"]
     assert table.loc["paper_analogue_missing", "status"] == "measured"
@@ -156,11 +159,12 @@ def test_status_on_the_paper_profile(tmp_path):
 
 def test_a_measurement_given_as_none_is_not_measured(tmp_path):
     claims = load_claims(_write_claims(tmp_path, [GOOD | {"measure": "m_none"}]))
-    assert claims_table(claims, MEASURED, profile_name="paper")["status"].tolist() == ["not measured"]
+    assert claims_table(claims, MEASURED, paper_scope=True)["status"].tolist() == ["not measured"]
 
 
 def test_reversed_pairs_for_tau():
     assert reversed_pairs_for_tau(0.600, 15) == 21
+    assert paper_checks(CLAIMS) == {"reversed_pairs_for_paper_tau": 21}   # the paper's tau over its 15 encoders
     assert reversed_pairs_for_tau(1.0, 4) == 0 and reversed_pairs_for_tau(-1.0, 4) == 6
     with pytest.raises(ValueError, match="0 counts"):
         reversed_pairs_for_tau(0.5, 4)  # 4 encoders: tau-b is 1 - r/3, never 0.5
@@ -223,7 +227,7 @@ DEPTH_AUROC = {("specialist.rad_dino", "chexpert"): {25: 0.70, 50: 0.800, 75: 0.
 
 
 def make_depth_table() -> pd.DataFrame:
-    """:func:`crsrepro.run.depth.sweep`'s output for :data:`DEPTH_AUROC`, two seeds symmetric around the means."""
+    """:attr:`RunAnalysis.depth` (:func:`crsrepro.analyse.depth.depth_profiles`) for :data:`DEPTH_AUROC`, two seeds symmetric around the means."""
     rows = []
     for (encoder, dataset), by_depth in DEPTH_AUROC.items():
         for seed, noise in ((0, -0.002), (1, 0.002)):
@@ -238,7 +242,7 @@ def make_depth_table() -> pd.DataFrame:
 def make_lora_comparison():
     """Frozen vs LoRA on synthetic profiles: on ISIC every encoder gains 0.02 (same order), on APTOS the
     LoRA order is the frozen one reversed (the leader changes)."""
-    from crsrepro.run.lora import compare
+    from crsrepro.analyse.lora import compare
 
     encoders = list(QUALITY)[:4]
     frozen, lora = [], []
@@ -275,7 +279,7 @@ def measured(tmp_path_factory):
     analysis = RunAnalysis(load_profile("smoke"), RESULTS, manifest_dir=manifests)
     analysis.__dict__["depth"] = make_depth_table()   # the cached properties, set as the chapters would read them
     analysis.__dict__["lora"] = make_lora_comparison()
-    values = analysis.measurements
+    values = measure(analysis)
     assert list(manifests.glob("crs_reference_*.yaml")) == [manifests / "crs_reference_smoke.yaml"]  # read, not rewritten
     return values
 
@@ -285,7 +289,7 @@ def _freeze(results, manifests):
     smoke profile's grid)."""
     from crsrepro.analyse.run_analysis import RunAnalysis
     from crsrepro.score.crs import ReferenceFrame
-    from crsrepro.run.grid import frame_path
+    from crsrepro.score.frame import frame_path
 
     analysis = RunAnalysis("smoke", results, manifest_dir=manifests)
     ReferenceFrame.freeze(analysis.reliability_profiles, results_hash=analysis.results_hash).save(
@@ -294,7 +298,7 @@ def _freeze(results, manifests):
 
 def test_protocol_counts_are_always_measured(measured):
     assert (measured["paper_grid_runs"], measured["paper_grid_rows"], measured["paper_grid_cells"]) == (17575, 3515, 43)
-    assert measured["paper_panel_pairs"] == 105 and measured["reversed_pairs_for_paper_tau"] == 21
+    assert measured["paper_panel_pairs"] == 105
     assert measured["n_labels:chexpert"] == 14 and measured["n_labels:isic2019"] == 8
     assert measured["ece_worked_example"] == pytest.approx(0.15)
     assert (measured["auroc_perfect_ranking"], measured["auroc_constant_score"]) == (1.0, 0.5)
@@ -375,24 +379,29 @@ def test_lora_measures_match_hand_computation(measured):
     assert (measured["lora_rank"], measured["lora_alpha"], measured["lora_epochs"], measured["lora_seeds"]) == (8, 16, 8, 3)
 
 
-def test_chapters_06_and_07_quote_the_same_analyses():
-    """The numbers the depth and LoRA chapters glue come from the analyses the claims page measures."""
+def test_chapters_06_and_07_quote_the_same_analyses(measured):
+    """The numbers the depth and LoRA chapters glue are the ones the claims page measures from the same
+    sweep and comparison (the ``measured`` fixture's analysis holds these two tables)."""
     from types import SimpleNamespace
 
-    from crsrepro.present import report
+    from crsrepro.present.chapters import chapter_numbers
 
-    analysis = SimpleNamespace(profile=SimpleNamespace(name="demo"), aggregate=None, depth=make_depth_table())
-    numbers = report.chapter_numbers(analysis, "06_layer_depth")
+    numbers = chapter_numbers(SimpleNamespace(depth=make_depth_table()), "06_layer_depth")
+    assert (numbers["depth_pairs"], numbers["depth_wins"]) == (f"{measured['depth_n_sweeps']:.0f}",
+                                                              f"{measured['depth_intermediate_wins']:.0f}")
     assert (numbers["depth_pairs"], numbers["depth_wins"], numbers["depth_n_seeds"]) == ("4", "3", "2")
     assert numbers["depth_top_gain_points"] == "1.5" and numbers["depth_top_depth"] == "50 %"
-    comparison = make_lora_comparison()
+    gains = [measured[f"depth_gain_points_range:{e}:depth{d}"][1] for e in ("specialist.rad_dino", "general.dinov2")
+             for d in (25, 50, 75)]
+    assert numbers["depth_top_gain_points"] == f"{max(gains):.1f}"
     rows = pd.DataFrame({"encoder": ["a", "b", "a"], "seed": [0, 0, 1]})
     rows.attrs["epochs"] = 2
-    analysis = SimpleNamespace(profile=SimpleNamespace(name="demo"), aggregate=None, lora=comparison, lora_results=rows)
-    numbers = report.chapter_numbers(analysis, "07_lora")
+    numbers = chapter_numbers(SimpleNamespace(lora=make_lora_comparison(), lora_results=rows), "07_lora")
     assert (numbers["lora_epochs"], numbers["lora_n_seeds"], numbers["lora_n_domains"]) == ("2", "2", "2")
-    assert (numbers["lora_leader_changes"], numbers["lora_n_domains_below_frozen"]) == ("1", "1")
-    assert numbers["paper_gpu_hours"] == "7.0" and "issue 13" in numbers["lora_gpu_rate_source"]
+    assert numbers["lora_leader_changes"] == f"{measured['lora_leader_changes']:.0f}" == "1"
+    assert numbers["lora_crs_tau"] == f"{measured['lora_crs_kendall_tau']:.3f}"
+    assert numbers["lora_n_domains_below_frozen"] == "1"
+    assert numbers["paper_gpu_hours"] == "7.0" and "not yet in benchmarks/" in numbers["lora_gpu_rate_source"]
 
 
 def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatch):
@@ -400,7 +409,9 @@ def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatc
     no_transfer = RESULTS[(RESULTS["condition"] != "mimic_cxr") & RESULTS["encoder"].isin(four)]
     _freeze(no_transfer, tmp_path)
     _without_sweeps(monkeypatch)
-    values = measure_claims("smoke", no_transfer, manifest_dir=tmp_path)
+    from crsrepro.analyse.run_analysis import RunAnalysis
+
+    values = measure(RunAnalysis("smoke", no_transfer, manifest_dir=tmp_path))
     assert not any(k.startswith(("transfer_", "external_validity", "insertion_", "depth_", "lora_auroc")) for k in values)
     assert values["lora_rank"] == 8  # the protocol is always there
     assert "chexpert_1pct_reaching_vit_b16:medical" not in values  # no ViT-B/16, no bar
@@ -408,7 +419,7 @@ def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatc
 
 
 def test_the_claims_page_for_synthetic_results(measured):
-    page = claims_table(CLAIMS, measured, profile_name="paper").set_index("id")
+    page = claims_table(CLAIMS, measured, paper_scope=True).set_index("id")
     assert page.loc["n_runs", ["this run", "status"]].tolist() == ["17,575", "measured"]
     assert page.loc["auroc_medgemma", "status"] == "measured"
     assert page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:medical.medgemma']:.4g}"
@@ -416,7 +427,7 @@ def test_the_claims_page_for_synthetic_results(measured):
     assert page.loc["rad_dino_best_depth", ["this run", "status"]].tolist() == ["0.5", "measured"]
     assert page.loc["lora_kendall_tau_chexpert", ["this run", "status"]].tolist() == ["", "not measured"]
     assert page.loc["dinov2_aptos_ece_before", "status"] == "not measured"  # DINOv2 is not in these results
-    demo_page = claims_table(CLAIMS, measured, profile_name="smoke").set_index("id")
+    demo_page = claims_table(CLAIMS, measured, paper_scope=False).set_index("id")
     assert demo_page.loc["auroc_medgemma", "status"] == "paper profile only"
     assert demo_page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:rank1']:.4g}"
     assert demo_page.loc["insertion_fixed_movement", ["this run", "status"]].tolist() == ["0", "measured"]
@@ -427,17 +438,17 @@ def test_default_claims_path_is_the_checkout_file():
 
 
 def test_seed_bootstrap_claims_are_not_comparable_without_seed_variance(measured):
-    """Issue 10: P(rank 1) and the paired intervals mean something only when the seeds vary D, C and R."""
+    """DESIGN.md section 10: P(rank 1) and the paired intervals mean something only when the seeds vary D, C and R."""
     flat = dict(measured, has_seed_variance=0.0)
-    page = claims_table(CLAIMS, flat, profile_name="paper").set_index("id")
+    page = claims_table(CLAIMS, flat, paper_scope=True).set_index("id")
     boot = CLAIMS[CLAIMS["measure"].fillna("").str.startswith(("p_rank1", "p_top3", "crs_diff_ci"))]["id"]
     assert len(boot) and (page.loc[boot, "status"] == "not comparable").all()
-    assert (claims_table(CLAIMS, dict(measured, has_seed_variance=1.0), profile_name="paper")
+    assert (claims_table(CLAIMS, dict(measured, has_seed_variance=1.0), paper_scope=True)
             .set_index("id").loc[boot, "status"] != "not comparable").all()
 
 
 def test_the_multiverse_column_gives_the_share_that_agrees_with_the_paper(measured):
-    """Issue 15: for a claim that depends on an [ours] choice, the share of the multiverse agreeing with
+    """DESIGN.md section 14: for a claim that depends on an [ours] choice, the share of the multiverse agreeing with
     the paper's direction (tau < 1; CRS a worse predictor of the transfer AUROC than source AUROC)."""
     from crsrepro.present.measurements import multiverse_shares
 
@@ -446,6 +457,64 @@ def test_the_multiverse_column_gives_the_share_that_agrees_with_the_paper(measur
     shares = multiverse_shares(table)
     assert shares["auroc_crs_kendall_tau"] == 0.5 and shares["auroc_crs_reversed_pairs"] == 0.75
     assert shares["external_validity_rho:crs"] == 0.5
-    page = claims_table(CLAIMS, measured, profile_name="paper", multiverse=shares).set_index("id")
+    page = claims_table(CLAIMS, measured, paper_scope=True, multiverse=shares).set_index("id")
     assert page.loc["auroc_crs_kendall_tau", "multiverse"] == "50%" and page.loc["n_runs", "multiverse"] == ""
-    assert "multiverse" not in claims_table(CLAIMS, measured, profile_name="paper").columns
+    assert "multiverse" not in claims_table(CLAIMS, measured, paper_scope=True).columns
+
+
+def test_the_claims_page_of_a_run_is_computed_once_and_read_by_the_other_chapters(tmp_path, monkeypatch):
+    """run_claims keeps the page of a grid run in <output_dir>/claims/<key>.pkl: another chapter's kernel
+    reads it; another seed, other row-sets or a re-frozen frame compute a new one; a hand-built table
+    (no row-sets) is never cached."""
+    from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.present import claims
+
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / ".crsrepro"))
+    monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
+    (tmp_path / "manifests").mkdir()
+    calls = []
+
+    def measured(analysis):
+        calls.append(1)
+        return {"paper_grid_runs": 17575.0}
+
+    monkeypatch.setattr(claims, "measure", measured)
+    monkeypatch.setattr(claims, "multiverse_shares", lambda table: {})
+
+    def analysis(results, rng=0):
+        a = RunAnalysis("smoke", results, rng=rng)
+        a.__dict__["multiverse"] = None  # the cached property, set: the page needs no multiverse here
+        return a
+
+    run = pd.DataFrame({"rowset": ["k1", "k2"], "value": [0.1, 0.2]})
+    first = run_claims(analysis(run))
+    assert first.set_index("id").loc["n_runs", "this run"] == "17,575"
+    assert len(calls) == 1 and len(list((tmp_path / ".crsrepro").rglob("claims/*.pkl"))) == 1
+    pd.testing.assert_frame_equal(run_claims(analysis(run)), first)          # another chapter's kernel: read
+    assert len(calls) == 1
+    run_claims(analysis(run, rng=1))                                           # another input: computed
+    run_claims(analysis(run.assign(rowset=["k1", "k3"])))
+    assert len(calls) == 3
+    (tmp_path / "manifests" / "crs_reference_smoke.yaml").write_text("frame\n")   # a (re)frozen frame
+    run_claims(analysis(run))
+    assert len(calls) == 4
+    by_hand = pd.DataFrame({"value": [0.1]})                                    # no row-sets: never cached
+    assert claims_key(analysis(by_hand)) is None
+    run_claims(analysis(by_hand))
+    run_claims(analysis(by_hand))
+    assert len(calls) == 6
+
+
+def test_the_claims_page_compares_paper_claims_by_the_profile_key_not_its_name():
+    """A copy of the paper's protocol under another name (``claims.paper_scope: true``) is compared."""
+    from crsrepro.present.report.html import claims_box
+
+    paper_claim = CLAIMS[CLAIMS["id"] == "auroc_medgemma"]
+    measured = {"aggregate_auroc:medical.medgemma": 0.9, "aggregate_auroc:rank1": 0.8}
+    for paper_scope, status in ((True, "measured"), (False, "paper profile only")):
+        page = claims_table(paper_claim, measured, paper_scope=paper_scope)
+        assert page["status"].tolist() == [status]
+    copy = load_profile("paper")
+    assert copy.claims.paper_scope and not load_profile("demo").claims.paper_scope
+    box = claims_box(claims_table(paper_claim, measured, paper_scope=True), paper_claim["notebook"].iloc[0], copy)
+    assert "analogue" not in box.data

@@ -52,3 +52,10 @@ def test_both_entry_points_list_profiles(entry, tmp_path):
 def test_score_without_a_frozen_frame_says_so(tmp_path):
     result = crsrepro("score", "--encoder", "demo.texture", "--profile", "smoke", cwd=tmp_path)
     assert_one_line_error(result, "no CRS reference frame", "crs_reference_smoke.yaml")
+
+
+def test_freeze_frame_without_results_names_the_command(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "crsrepro", "-q", "freeze-frame", "--profile", "smoke"],
+                            capture_output=True, text=True, cwd=tmp_path,
+                            env={**__import__("os").environ, "CRSREPRO_HOME": str(tmp_path / ".crsrepro")})
+    assert_one_line_error(result, "no grid results", "crsrepro run --profile smoke")

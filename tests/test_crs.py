@@ -1,4 +1,4 @@
-"""Tests of the CRS and its frozen reference frame (DESIGN.md section 9, issue 6)."""
+"""Tests of the CRS and its frozen reference frame (DESIGN.md section 9)."""
 
 import math
 
@@ -113,7 +113,7 @@ def test_save_load_round_trip_and_hash_check(tmp_path):
 
 
 def test_frame_records_and_checks_its_results_hash(tmp_path):
-    """Issue 9: a frame names the results it was frozen from and says when they changed."""
+    """DESIGN.md section 9: a frame names the results it was frozen from and says when they changed."""
     frame = ReferenceFrame.freeze(PANEL, results_hash="a" * 64)
     assert frame.to_dict()["results_hash"] == "a" * 64
     assert frame.content_hash() != ReferenceFrame.freeze(PANEL, results_hash="b" * 64).content_hash()

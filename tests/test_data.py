@@ -1,4 +1,4 @@
-"""Loaders on tiny fixtures written in each release's real layout (issue 3)."""
+"""Loaders on tiny fixtures written in each release's real layout (DESIGN.md section 3)."""
 
 import gzip
 import logging
@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from crsrepro.data import DATASETS, TASKS, label_matrix, load_dataset, read_image
+from crsrepro.core.vocab import TASKS
+from crsrepro.data import DATASETS, label_matrix, load_dataset, read_image
 from crsrepro.data.common import CHEXPERT_LABELS
 from crsrepro.core.errors import DataError
 
@@ -278,7 +279,7 @@ def test_mimic_missing_image_and_missing_split_row_name_the_metadata_line(tmp_pa
         load_dataset("mimic_cxr", tmp_path)
 
 
-# ---------------------------------------------------------------- ISIC 2017 and NIH ChestX-ray14 (issue 12)
+# ---------------------------------------------------------------- ISIC 2017 and NIH ChestX-ray14 (DESIGN.md section 3)
 def write_isic2017(root, splits, metadata_inside=False):
     """splits: {prefix: [(image_id, melanoma, seborrheic_keratosis)]}; each image gets its own pixels."""
     for k, (prefix, rows) in enumerate(splits.items()):

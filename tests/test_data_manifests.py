@@ -1,4 +1,4 @@
-"""Grouped stratified splits, frozen manifests (hash + staleness) and nested label subsets (issue 3)."""
+"""Grouped stratified splits, frozen manifests (hash + staleness) and nested label subsets (DESIGN.md section 3)."""
 
 import numpy as np
 import pandas as pd
@@ -65,42 +65,42 @@ def test_bad_arguments():
 # ---------------------------------------------------------------- manifests
 def test_manifest_written_once_then_verified(tmp_path):
     df = multilabel_frame(50)
-    first = load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=0)
+    first = load_or_create_manifest(df, dataset="chexpert", manifests_name="smoke", manifest_dir=tmp_path, seed=0)
     path = tmp_path / "chexpert_smoke.csv"
     sha = (tmp_path / "chexpert_smoke.csv.sha256").read_text()
     assert sha == f"{manifest_hash(path)}  chexpert_smoke.csv\n"
     assert list(first.columns) == ["image_id", "group", "split", "seed_0"] and first["image_id"].is_monotonic_increasing
     # a later call reads the frozen file, whatever seed it is given
-    again = load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=99)
+    again = load_or_create_manifest(df, dataset="chexpert", manifests_name="smoke", manifest_dir=tmp_path, seed=99)
     pd.testing.assert_frame_equal(first, again)
-    load_or_create_manifest(df, dataset="chexpert", profile_name="paper", manifest_dir=tmp_path, seed=0)
+    load_or_create_manifest(df, dataset="chexpert", manifests_name="", manifest_dir=tmp_path, seed=0)
     assert (tmp_path / "chexpert.csv").is_file() and (tmp_path / "chexpert.csv.sha256").is_file()
 
 
 def test_tampered_manifest_is_detected(tmp_path):
     df = multilabel_frame(50)
-    load_or_create_manifest(df, dataset="isic2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+    load_or_create_manifest(df, dataset="isic2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
     path = tmp_path / "isic2019_demo.csv"
     text = path.read_text()
     path.write_text(text.replace(",pool,", ",test,", 1))
     with pytest.raises(DataError, match=r"isic2019_demo.csv: SHA-256 .* does not match .*delete .* to rebuild"):
-        load_or_create_manifest(df, dataset="isic2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(df, dataset="isic2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
     path.write_text(text)
     (tmp_path / "isic2019_demo.csv.sha256").unlink()
     with pytest.raises(DataError, match=r"checksum file isic2019_demo.csv.sha256 is missing"):
-        load_or_create_manifest(df, dataset="isic2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(df, dataset="isic2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
 
 
 def test_stale_manifest_is_detected(tmp_path):
     df = multilabel_frame(50)
-    load_or_create_manifest(df, dataset="aptos2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+    load_or_create_manifest(df, dataset="aptos2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
     grown = pd.concat([df, df.iloc[[0]].assign(image_id="img999999")], ignore_index=True)
     grown.attrs = df.attrs
     with pytest.raises(DataError, match=r"stale manifest: 1 images of the data are not in it \(e.g. \['img999999'\]\)"):
-        load_or_create_manifest(grown, dataset="aptos2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(grown, dataset="aptos2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
     regrouped = df.assign(group=np.where(df["image_id"] == "img000000", "patientXX", df["group"]))
     with pytest.raises(DataError, match=r"stale manifest: line 2: image img000000 is in group patient00000"):
-        load_or_create_manifest(regrouped, dataset="aptos2019", profile_name="demo", manifest_dir=tmp_path, seed=0)
+        load_or_create_manifest(regrouped, dataset="aptos2019", manifests_name="demo", manifest_dir=tmp_path, seed=0)
 
 
 # ---------------------------------------------------------------- label subsets
@@ -141,9 +141,9 @@ def test_label_subsets_need_a_positive_per_label():
 
 
 def test_each_run_seed_has_its_own_train_val_over_one_fixed_test_split(tmp_path):
-    """Issue 10: the test split is fixed; each run seed draws its own grouped train / val partition."""
+    """DESIGN.md section 10: the test split is fixed; each run seed draws its own grouped train / val partition."""
     df = multilabel_frame(200)
-    manifest = load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=0,
+    manifest = load_or_create_manifest(df, dataset="chexpert", manifests_name="smoke", manifest_dir=tmp_path, seed=0,
                                        run_seeds=(0, 1, 2))
     test = manifest["split"] == "test"
     for s in (0, 1, 2):
@@ -155,5 +155,5 @@ def test_each_run_seed_has_its_own_train_val_over_one_fixed_test_split(tmp_path)
     share = (manifest.loc[~test, "seed_0"] == "val").mean()
     assert 0.08 < share < 0.2
     with pytest.raises(DataError, match="seed_3"):  # a run seed the frozen manifest lacks
-        load_or_create_manifest(df, dataset="chexpert", profile_name="smoke", manifest_dir=tmp_path, seed=0,
+        load_or_create_manifest(df, dataset="chexpert", manifests_name="smoke", manifest_dir=tmp_path, seed=0,
                                 run_seeds=(0, 3))

@@ -12,9 +12,10 @@ from peft import LoraConfig, get_peft_model
 from PIL import Image
 from safetensors.torch import load_file
 
-from crsrepro.encoders import create_encoder, demo, get_spec, list_encoders
-from crsrepro.encoders.registry import NETWORK_TAPS, load_state_dict, weights_hash
-from crsrepro.core.errors import MissingWeightsError
+from crsrepro.encoders import create_encoder, demo, get_encoder_spec, list_encoders
+from crsrepro.encoders.registry import NETWORK_TAPS
+from crsrepro.encoders.weights import load_state_dict, weights_hash
+from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
 from crsrepro.profiles import load_profile
 
 SPECS = {spec.id: spec for spec, _ in demo.DEMO_ENCODERS}
@@ -41,7 +42,7 @@ def test_panel_matches_the_profiles_and_families():
     assert all(s.loader == "demo" and s.input_size <= 128 for s in SPECS.values())
     assert len(NETWORKS) >= 5 and set(NETWORKS) <= set(SPECS)
     assert [i for i in list_encoders() if i.startswith("demo.")] == list(SPECS)
-    assert all(get_spec(i) is spec for i, spec in SPECS.items())
+    assert all(get_encoder_spec(i) is spec for i, spec in SPECS.items())
 
 
 @pytest.mark.parametrize("encoder_id", list(SPECS))
@@ -115,7 +116,7 @@ def test_tampered_weights_are_refused(tmp_path, monkeypatch):
     tensors["blocks.0.0.conv.weight"] += 1e-3
     from safetensors.torch import save_file
     save_file(tensors, str(tmp_path / "derm_cnn.safetensors"))
-    with pytest.raises(MissingWeightsError, match="does not match the SHA-256"):
+    with pytest.raises(WrongWeightsError, match="does not match the SHA-256"):
         build("demo.derm_cnn")
     (tmp_path / "fundus_cnn.safetensors").unlink()
     with pytest.raises(MissingWeightsError, match="demo_pretrain"):
@@ -144,7 +145,7 @@ def test_random_baselines_are_fixed_and_leave_the_rng_alone():
     assert torch.equal(torch.rand(3), expected)
     assert first.weights_hash == build("demo.random_vit").weights_hash
     assert build("demo.random_cnn").weights_hash == build("demo.random_cnn").weights_hash
-    with pytest.raises(MissingWeightsError, match="takes no weights"):
+    with pytest.raises(WrongWeightsError, match="takes no weights"):
         build("demo.random_cnn", weights="some.safetensors")
 
 

@@ -1,4 +1,4 @@
-"""The demo world teaches (issue 14): recorded on the demo profile's CACHED results, never run here.
+"""The demo world teaches (DESIGN.md section 12): recorded on the demo profile's CACHED results, never run here.
 
 On the paper's fixed anchors (DESIGN.md section 9) the demo panel's cells must span the anchor
 ranges, their CRS values must spread over most of [0, 1], temperature scaling must lower ECE on
@@ -16,7 +16,7 @@ import pytest
 
 from crsrepro.analyse.run_analysis import RunAnalysis
 from crsrepro.score.crs import DIMENSIONS, NORMALISED
-from crsrepro.run.grid import frame_path, missing_runs
+from crsrepro.score.frame import frame_path, missing_runs
 from crsrepro.profiles import load_profile
 from crsrepro.run.results import ResultStore
 
@@ -87,7 +87,7 @@ def test_pretraining_beats_random_features_of_the_same_architecture(demo):
 
 
 def test_the_planted_subgroup_effect_is_found(demo):
-    """Issue 16: the demo world plants worse images for patients aged 60 or more (ISIC and CheXpert
+    """DESIGN.md section 14: the demo world plants worse images for patients aged 60 or more (ISIC and CheXpert
     look-alikes); the subgroup analysis finds older patients' AUROC lower on average over the panel."""
     from crsrepro.analyse.subgroups import subgroup_table
 

@@ -1,5 +1,5 @@
-"""The demo world: real layouts, determinism, idempotence, speed, non-trivial difficulty (issue 3), and
-patient metadata with a planted subgroup effect (issue 16)."""
+"""The demo world: real layouts, determinism, idempotence, speed, non-trivial difficulty (DESIGN.md section 3), and
+patient metadata with a planted subgroup effect (DESIGN.md section 14)."""
 
 import hashlib
 import time
@@ -164,7 +164,7 @@ def test_metadata_in_the_release_columns_and_vocabulary(smoke_world):
 
 
 def test_older_patients_images_are_noisier_and_flatter(smoke_world):
-    """The planted subgroup effect (issue 16): patients aged >= OLDER_FROM are imaged worse."""
+    """The planted subgroup effect (DESIGN.md section 14): patients aged >= OLDER_FROM are imaged worse."""
     root, _ = smoke_world
     chex = pd.read_csv(root / "chexpert/CheXpert-v1.0-small/train.csv")
     chex = chex[chex["Frontal/Lateral"] == "Frontal"]

@@ -1,19 +1,26 @@
-"""Layer-depth sweeps (issue 13): the taps' rows in the tidy schema, resumable, and the analyses."""
+"""Layer-depth sweeps (DESIGN.md section 11): the taps' rows in the tidy schema, resumable, and the analyses."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.run.depth import (DepthError, best_depths, default_pairs, intermediate_wins, paired_test, sweep, tap_depth,
-                            taps, val_choices, val_selected_ranking)
-from crsrepro.encoders import get_spec
-from crsrepro.profiles import load_profile
+from crsrepro.analyse.depth import (best_depths, depth_profiles, intermediate_wins, paired_test, val_choices,
+                                    val_selected_ranking)
 from crsrepro.core.schema import COLUMNS
+from crsrepro.encoders import get_encoder_spec
+from crsrepro.profiles import load_profile
+from crsrepro.run.depth import DepthError, DepthStage, pairs, tap_depth, taps
 from crsrepro.run.results import ResultStore
+from crsrepro.run.stages import run_stages
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 
 PAIR = ("demo.random_cnn", "aptos2019")
+
+
+def sweep(profile, pairs):
+    """The depth stage of ``pairs``, run serially, and the profiles of its merged rows."""
+    return depth_profiles(run_stages(profile, [DepthStage(pairs=tuple(pairs))], executor="serial", progress=False)[0])
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +61,16 @@ def test_sweep_resumes_from_its_row_sets(tiny):
 
 
 def test_pairs_and_taps():
-    assert taps(get_spec("demo.color_histogram")) == ["final"]
-    assert np.isnan(tap_depth(get_spec("medical.biomedclip"), "final"))
-    assert tap_depth(get_spec("general.dinov2"), "depth100") == 100.0
+    assert taps(get_encoder_spec("demo.color_histogram")) == ["final"]
+    assert np.isnan(tap_depth(get_encoder_spec("medical.biomedclip"), "final"))
+    assert tap_depth(get_encoder_spec("general.dinov2"), "depth100") == 100.0
     smoke = load_profile("smoke")
-    assert all(e != "demo.color_histogram" for e, _ in default_pairs(smoke))
-    assert len(default_pairs(load_profile("paper"))) == 8
+    assert all(e != "demo.color_histogram" for e, _ in pairs(smoke))
+    assert len(pairs(load_profile("paper"))) == 8
     with pytest.raises(DepthError, match="demo.color_histogram has no depth taps"):
-        sweep(smoke, [("demo.color_histogram", "isic2019")])
+        DepthStage(pairs=(("demo.color_histogram", "isic2019"),)).plan(smoke, ResultStore(smoke.output_path / "depth"))
+    with pytest.raises(DepthError, match="nih_cxr14 is not among profile 'smoke'"):
+        DepthStage(pairs=(("demo.random_cnn", "nih_cxr14"),)).plan(smoke, ResultStore(smoke.output_path / "depth"))
 
 
 def _synthetic(gain=0.05):

@@ -10,6 +10,7 @@ cache tests).
 
 import argparse
 import dataclasses
+import hashlib
 import json
 
 import numpy as np
@@ -28,21 +29,12 @@ from transformers import (
     SiglipModel,
 )
 
-from crsrepro.encoders import create_encoder, get_spec, list_encoders, local, paper
-from crsrepro.encoders import registry
-from crsrepro.encoders.registry import (
-    NETWORK_TAPS,
-    PAPER_TAPS,
-    EncoderSpec,
-    load_state_dict,
-    md5_of,
-    pil_to_uint8_tensor,
-    register,
-    resize_to_input,
-    resolve_weights,
-    weights_hash,
-)
-from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError
+from crsrepro.encoders import create_encoder, get_encoder_spec, list_encoders, local, paper
+from crsrepro.encoders import registry, weights
+from crsrepro.encoders.registry import (NETWORK_TAPS, PAPER_TAPS, EncoderSpec, pil_to_uint8_tensor, register,
+                                       resize_to_input)
+from crsrepro.encoders.weights import load_state_dict, md5_of, resolve_weights, state_dict_hash, weights_hash
+from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError, WrongWeightsError
 
 PAPER_IDS = [spec.id for spec, _ in paper.PAPER_ENCODERS]
 
@@ -227,9 +219,9 @@ def make_images(n=3):
 
 def test_the_paper_panel_is_registered_with_its_families_and_exclusions():
     assert set(PAPER_IDS) <= set(list_encoders())
-    families = [get_spec(i).family for i in PAPER_IDS]
+    families = [get_encoder_spec(i).family for i in PAPER_IDS]
     assert (families.count("general"), families.count("medical"), families.count("specialist")) == (6, 4, 5)
-    excluded = {i for i in PAPER_IDS if "aptos2019" in get_spec(i).excluded_datasets}
+    excluded = {i for i in PAPER_IDS if "aptos2019" in get_encoder_spec(i).excluded_datasets}
     assert excluded == {"specialist.biovil", "specialist.chexzero"}
     assert set(FIXTURES) == set(PAPER_IDS), "every paper spec needs a checkpoint fixture"
 
@@ -286,12 +278,12 @@ def test_a_checkpoint_that_does_not_fit_is_refused(tmp_path):
     folder = tmp_path / "w"
     folder.mkdir()
     _timm_hub(folder, "vit_base_patch16_224", TINY_VIT)
-    with pytest.raises(MissingWeightsError, match="expected 'resnet50'"):
+    with pytest.raises(WrongWeightsError, match="expected 'resnet50'"):
         create_encoder("general.resnet50", weights=folder)
     state_dict = load_state_dict(folder / "model.safetensors")
     del state_dict["blocks.0.attn.qkv.weight"]
     save_file(state_dict, folder / "model.safetensors")
-    with pytest.raises(MissingWeightsError, match="1 missing keys"):
+    with pytest.raises(WrongWeightsError, match="1 missing keys"):
         create_encoder("general.vit_b16", weights=folder)
 
 
@@ -302,11 +294,11 @@ class _NotATensor:
 def test_pickled_objects_are_never_unpickled(tmp_path):
     path = tmp_path / "evil.pth"
     torch.save({"model": _NotATensor()}, path)
-    with pytest.raises(MissingWeightsError, match="weights-only"):
+    with pytest.raises(WrongWeightsError, match="weights-only"):
         load_state_dict(path)
 
 
-def test_weights_hash_follows_the_bytes(tmp_path):
+def test_weights_hash_follows_the_bytes(tmp_path, monkeypatch):
     folder = tmp_path / "w"
     folder.mkdir()
     (folder / "a.bin").write_bytes(b"one")
@@ -314,13 +306,18 @@ def test_weights_hash_follows_the_bytes(tmp_path):
     assert weights_hash(folder) == first
     (folder / "a.bin").write_bytes(b"two")
     assert weights_hash(folder) != first
-    assert weights_hash(folder / "a.bin") != first
+    assert weights_hash(folder / "a.bin") == hashlib.sha256(b"two").hexdigest()  # a file: its own SHA-256
+    read = []  # an unchanged file is hashed once per process (by path, size and mtime)
+    monkeypatch.setattr(weights, "sha256_file", lambda path: read.append(path) or "x")
+    (folder / "b.bin").write_bytes(b"three")
+    weights_hash(folder), weights_hash(folder)
+    assert read == [folder / "b.bin"]
 
 
 def test_unknown_ids_and_duplicates_are_errors():
     with pytest.raises(UnknownEncoderError, match="general.dinov2"):
-        get_spec("general.dinov3")
-    spec = get_spec("general.dinov2")
+        get_encoder_spec("general.dinov3")
+    spec = get_encoder_spec("general.dinov2")
     with pytest.raises(ValueError, match="already registered"):
         register(spec, lambda *a, **k: None)
     with pytest.raises(ValueError, match="interpolation"):
@@ -328,7 +325,6 @@ def test_unknown_ids_and_duplicates_are_errors():
 
 
 def test_models_without_a_weight_file_hash_their_parameters_and_buffers():
-    from crsrepro.encoders.registry import state_dict_hash
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.BatchNorm2d(4))  # has a 0-d buffer
     first = state_dict_hash(model)
@@ -337,7 +333,7 @@ def test_models_without_a_weight_file_hash_their_parameters_and_buffers():
     assert state_dict_hash(model) != first and len(first) == 64
 
 
-# ------------------------------------------------------------------------------ as released (issue 11)
+# ------------------------------------------------------------------------------ as released (DESIGN.md section 14)
 
 def test_panderm_reads_its_flat_release_and_returns_the_normed_cls(tmp_path, monkeypatch):
     folder = make_weights(tmp_path, "specialist.panderm")
@@ -376,7 +372,7 @@ def test_retfound_args_namespace_is_allowed_and_nothing_else(tmp_path):
     create_encoder("specialist.retfound", weights=folder)
     evil = tmp_path / "RETFound_cfp_weights.pth"
     torch.save({"model": {}, "args": argparse.Namespace(), "extra": _NotATensor()}, evil)
-    with pytest.raises(MissingWeightsError) as err:
+    with pytest.raises(WrongWeightsError) as err:
         create_encoder("specialist.retfound", weights=evil)
     message = str(err.value)
     assert str(evil) in message and "_NotATensor" in message and "\n" not in message
@@ -398,7 +394,7 @@ def test_openai_clip_is_quick_gelu_whatever_its_config_says(tmp_path):
 
 @pytest.mark.parametrize("mode", ["crop", "pad"])
 def test_resize_modes_on_a_non_square_image(mode):
-    spec = dataclasses.replace(get_spec("general.vit_b16"), input_size=8, resize_mode=mode, pad_fill=(10, 20, 30),
+    spec = dataclasses.replace(get_encoder_spec("general.vit_b16"), input_size=8, resize_mode=mode, pad_fill=(10, 20, 30),
                                interpolation="bilinear")
     image = torch.full((1, 3, 4, 8), 200, dtype=torch.uint8)  # wide: 4 rows, 8 columns
     out = resize_to_input(spec, image)
@@ -413,27 +409,27 @@ def test_resize_modes_on_a_non_square_image(mode):
 
 
 def test_the_padding_releases_pad_with_their_own_fill():
-    modes = {i: (get_spec(i).resize_mode, get_spec(i).pad_fill) for i in PAPER_IDS if get_spec(i).resize_mode == "pad"}
+    modes = {i: (get_encoder_spec(i).resize_mode, get_encoder_spec(i).pad_fill) for i in PAPER_IDS if get_encoder_spec(i).resize_mode == "pad"}
     assert modes == {"medical.medsiglip": ("pad", (0, 0, 0)), "medical.llava_med": ("pad", (122, 116, 104)),
                      "specialist.chexzero": ("pad", (0, 0, 0))}
-    assert get_spec("general.dinov2").preprocessing == {  # unchanged for crop-mode, unpinned encoders
+    assert get_encoder_spec("general.dinov2").preprocessing == {  # unchanged for crop-mode, unpinned encoders
         "input_size": 224, "mean": list(paper.IMAGENET_MEAN), "std": list(paper.IMAGENET_STD),
         "interpolation": "bicubic", "resize": "short_side_then_center_crop"}
 
 
 def test_release_fields_follow_the_releases():
-    panderm = get_spec("specialist.panderm")
+    panderm = get_encoder_spec("specialist.panderm")
     assert (panderm.pooling, panderm.interpolation, panderm.licence) == ("cls", "bilinear", "CC-BY-NC-ND-4.0")
-    assert get_spec("specialist.rad_dino").licence == "MIT"
-    biovil = get_spec("specialist.biovil")
+    assert get_encoder_spec("specialist.rad_dino").licence == "MIT"
+    biovil = get_encoder_spec("specialist.biovil")
     assert biovil.hf_revision == "v1.1" and biovil.preprocessing["hf_revision"] == "v1.1"
     assert biovil.weight_md5 == "02ce6ee460f72efd599295f440dbb453"
-    assert all(get_spec(i).n_params and get_spec(i).notes.startswith("Release:") for i in PAPER_IDS)
+    assert all(get_encoder_spec(i).n_params and get_encoder_spec(i).notes.startswith("Release:") for i in PAPER_IDS)
 
 
 def test_biovil_refuses_a_file_whose_md5_is_not_the_release(tmp_path):
     folder = make_weights(tmp_path, "specialist.biovil")  # the real spec: the fixture is not the release
-    with pytest.raises(MissingWeightsError, match="02ce6ee460f72efd599295f440dbb453"):
+    with pytest.raises(WrongWeightsError, match="02ce6ee460f72efd599295f440dbb453"):
         create_encoder("specialist.biovil", weights=folder)
 
 
@@ -458,7 +454,7 @@ def test_weights_resolve_from_a_populated_offline_hf_cache_at_the_pinned_revisio
     encoder = create_encoder("general.resnet50")
     assert encoder.weights_path == snapshot
     # BioViL is pinned to v1.1: a cache holding only main is not used, one holding v1.1 is
-    biovil = get_spec("specialist.biovil")
+    biovil = get_encoder_spec("specialist.biovil")
     files = make_weights(tmp_path, "specialist.biovil")
     _populate_hf_cache(cache, biovil.hf_repo, files, revision="main", commit="b" * 40)
     with pytest.raises(MissingWeightsError, match="revision v1.1"):

@@ -1,4 +1,4 @@
-"""Issues 17 and 18: the grid's keyed tasks give the same table, row-set by row-set and feature by
+"""DESIGN.md section 13: the grid's keyed tasks give the same table, row-set by row-set and feature by
 feature, in this process (serial, the reference), on a 2-process pool and on a 2-worker Dask
 LocalCluster (one torch/BLAS thread per task), each from a cold cache."""
 
@@ -37,15 +37,15 @@ def test_probe_tasks_follow_their_extraction_task_and_gpu_tasks_hold_the_gpu(mic
 
     profile = micro_world.profile()
     store = ResultStore(profile.output_path)
-    keys, tasks = grid._plan(profile, store, encoders=None, weights=None, manifest_dir=None, progress=False)
+    keys, tasks = grid.GridStage().plan(profile, store)
     assert len(keys) == 8 and tasks == []  # everything is done
     victim = keys[3]
     store.path(victim).unlink()
-    _, tasks = grid._plan(profile, store, encoders=None, weights=None, manifest_dir=None, progress=False)
+    _, tasks = grid.GridStage().plan(profile, store)
     extract, probe = tasks
     assert probe.after == extract.key and probe.args[0].key == victim and not extract.gpu and not probe.gpu
     on_gpu = load_profile(micro_world.profile_path, overrides={"features": {"device": "cuda"}})
-    _, tasks = grid._plan(on_gpu, store, encoders=None, weights=None, manifest_dir=None, progress=False)
+    _, tasks = grid.GridStage().plan(on_gpu, store)
     assert [t.gpu for t in tasks] == [True, False]  # only extraction holds the GPU
 
 

@@ -1,4 +1,4 @@
-"""Issue 17, faults: a run interrupted anywhere resumes to the table, per-case files, feature arrays and
+"""Faults (DESIGN.md section 13): a run interrupted anywhere resumes to the table, per-case files, feature arrays and
 reference frame of an uninterrupted run, bit for bit, with no half-written file; a corrupt store file
 is noticed on read and recomputed; two runs are identical (seeds come from the profile only).
 
@@ -17,14 +17,16 @@ import time
 import numpy as np
 import pytest
 
-import crsrepro.score.crs
-import crsrepro.extract.features
 import crsrepro.core.io
-import crsrepro.fit.probes
+import crsrepro.extract.features
+import crsrepro.fit.controls
+import crsrepro.fit.linear
 import crsrepro.run.results
-from crsrepro.run import grid
+import crsrepro.score.crs
 from crsrepro.core.errors import CrsreproError
+from crsrepro.run import grid
 from crsrepro.run.results import ResultStore, load_results
+from crsrepro.score.frame import frame_path, freeze_frame
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 
@@ -39,8 +41,8 @@ class InjectedFault(Exception):
 # (name, module or class, attribute, is a writer: atomic_write(path, data))
 POINTS = [("feature extraction", crsrepro.extract.features, "_extract_chunk", False),
           ("feature cache write", crsrepro.extract.features, "atomic_write", True),
-          ("linear probe fit", crsrepro.fit.probes, "fit_linear_probes", False),
-          ("kNN probe fit", crsrepro.fit.probes.KNNProbe, "fit", False),
+          ("linear probe fit", crsrepro.fit.linear, "fit_linear_probes", False),
+          ("kNN probe fit", crsrepro.fit.controls.KNNProbe, "fit", False),
           ("per-case file or digest write", crsrepro.run.results, "atomic_write", True),
           ("row-set or merged table write", crsrepro.core.io, "atomic_write", True),
           ("frame freeze", crsrepro.score.crs, "atomic_write", True)]
@@ -51,14 +53,14 @@ def _run_and_freeze(world):
     writing it is kept (a frozen frame is never replaced)."""
     profile = world.profile()
     results = grid.run_grid(profile, progress=False, executor="serial")
-    if not grid.frame_path(profile).is_file():
-        grid.freeze_frame(profile, results)
-    return grid.frame_path(profile).read_bytes()
+    if not frame_path(profile).is_file():
+        freeze_frame(profile, results)
+    return frame_path(profile).read_bytes()
 
 
 def _clear(world):
     world.clear()
-    grid.frame_path(world.profile()).unlink(missing_ok=True)
+    frame_path(world.profile()).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="module")

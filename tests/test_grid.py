@@ -1,15 +1,18 @@
-"""The run grid's middle layer (issue 9): keys are functions of their inputs, a finished unit is really
+"""The run grid's middle layer (DESIGN.md section 7): keys are functions of their inputs, a finished unit is really
 skipped, the merge notices a changed key set, and the frame is frozen only by an explicit act."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.run import grid
 from crsrepro.analyse.run_analysis import RunAnalysis
 from crsrepro.core.errors import CrsreproError
+from crsrepro.encoders import get_encoder_spec
 from crsrepro.profiles import load_profile
+from crsrepro.run import grid, units, views
 from crsrepro.run.results import ResultStore
+from crsrepro.score import frame
+from crsrepro.score.crs import ReferenceFrame
 
 # A micro grid: one small dataset, two fast encoders, two seeds, one perturbation, no controls.
 MICRO = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.color_histogram", "demo.pixel_pca"],
@@ -41,7 +44,7 @@ def test_keys_follow_their_inputs_and_a_finished_unit_is_skipped(home, monkeypat
     assert first["rowset"].nunique() == 4 and set(first["seed"]) == {0, 1}
 
     # nothing that cannot change a number: num_threads; and a finished unit is never re-run
-    monkeypatch.setattr(grid._Unit, "run", lambda self, feats: pytest.fail("a finished unit was re-run"))
+    monkeypatch.setattr(units.Unit, "run", lambda self, feats: pytest.fail("a finished unit was re-run"))
     again = grid.run_grid(micro(probe={"num_threads": 2}), progress=False)
     assert _rowsets(profile) == keys
     pd.testing.assert_frame_equal(again, first)
@@ -58,7 +61,7 @@ def test_keys_follow_their_inputs_and_a_finished_unit_is_skipped(home, monkeypat
 
 
 def test_a_new_image_size_recomputes_features_and_rowsets(home):
-    """Issue 9, done-when: changing demo_world.image_size recomputes what depends on it."""
+    """Changing demo_world.image_size recomputes what depends on it."""
     profile = micro()
     grid.run_grid(profile, progress=False)
     keys, cache = _rowsets(profile), profile.feature_cache_path
@@ -79,7 +82,7 @@ def test_the_merge_notices_a_changed_key_set(home):
 
 
 def test_seeds_vary_discrimination_calibration_and_robustness(home):
-    """Issue 10: every seed draws its own train / val split, so D, C and R vary across seeds."""
+    """DESIGN.md section 3: every seed draws its own train / val split, so D, C and R vary across seeds."""
     analysis = RunAnalysis(micro(), grid.run_grid(micro(), progress=False))
     sd = analysis.reliability_profiles.groupby(["encoder", "dataset"])[["auroc", "ece", "robustness"]].std()
     assert (sd > 0).all().all()
@@ -88,18 +91,22 @@ def test_seeds_vary_discrimination_calibration_and_robustness(home):
 def test_freeze_frame_is_an_act_and_refuses_an_incomplete_run(home):
     profile = micro()
     results = grid.run_grid(profile, progress=False)
-    path = grid.frame_path(profile)
+    path = frame.frame_path(profile)
     with pytest.raises(CrsreproError, match="no CRS reference frame.*crsrepro freeze-frame"):
         RunAnalysis(profile, results).frame  # reading never freezes one
     assert not path.exists()
     partial = results[~((results["encoder"] == "demo.pixel_pca") & (results["seed"] == 1))]
     with pytest.raises(CrsreproError, match="incomplete.*demo.pixel_pca on aptos2019 seed 1"):
-        grid.freeze_frame(profile, partial)
+        frame.freeze_frame(profile, partial)
     assert not path.exists()
-    frame = grid.freeze_frame(profile, results)
-    assert path.is_file() and frame.results_hash == RunAnalysis(profile, results).results_hash
+    frozen = frame.freeze_frame(profile, results)
+    assert path.is_file() and frozen.results_hash == RunAnalysis(profile, results).results_hash
+    # the frame is frozen from exactly the profiles the analysis reads (the transfer sets robustness keeps)
+    by_analysis = ReferenceFrame.freeze(RunAnalysis(profile, results).reliability_profiles,
+                                        results_hash=frozen.results_hash, description=frozen.description)
+    assert by_analysis.to_dict() == frozen.to_dict()
     with pytest.raises(CrsreproError, match="never silently replaced"):
-        grid.freeze_frame(profile, results)
+        frame.freeze_frame(profile, results)
     before = path.read_bytes()
     analysis = RunAnalysis(profile, results)
     assert analysis.frame_warning is None and len(analysis.scores) == 2
@@ -111,9 +118,8 @@ def test_freeze_frame_is_an_act_and_refuses_an_incomplete_run(home):
 
 def test_label_budget_nests_val_subsets_of_the_same_fraction(home):
     profile = micro()
-    view = grid._prepare(profile, "aptos2019", None, progress=False)
-    unit = grid._Unit(profile, __import__("crsrepro.encoders", fromlist=["get_spec"]).get_spec("demo.pixel_pca"),
-                      view, 0, "linear")
+    view = views.prepare_view(profile, "aptos2019")
+    unit = units.Unit(profile, get_encoder_spec("demo.pixel_pca"), view, 0, "linear")
     n_val = len(unit.val.labels)
     assert len(unit.val_subsets[0.25]) < n_val and len(unit.val_subsets[1.0]) == n_val
     assert np.isin(unit.val_subsets[0.25], unit.val_subsets[1.0]).all()
@@ -121,7 +127,7 @@ def test_label_budget_nests_val_subsets_of_the_same_fraction(home):
 
 
 def test_the_controls_give_their_own_reliability_profiles_and_conclusions(home):
-    """Issue 10: MLP and k-NN run on every fraction and condition, and the conclusions (AUROC vs CRS
+    """DESIGN.md section 7: MLP and k-NN run on every fraction and condition, and the conclusions (AUROC vs CRS
     rankings) are computed under each probe."""
     profile = micro(control_probes={"probes": ["knn"]})
     results = grid.run_grid(profile, progress=False)
@@ -137,9 +143,9 @@ def test_a_multilabel_label_without_both_classes_in_a_split_is_left_out_and_said
                           "split": ["test", "test", "pool", "pool", "pool", "pool"],
                           "seed_0": ["test", "test", "train", "train", "val", "val"]})
     table.attrs = {"task": "multilabel", "label_names": ["A", "B"], "dataset": "toy_said_once"}
-    with caplog.at_level("WARNING", logger="crsrepro.run.grid"):
-        kept = grid._learnable_labels(table, [0])
-        grid._learnable_labels(table, [0])   # another task in this process prepares the same dataset
+    with caplog.at_level("WARNING", logger="crsrepro.run.views"):
+        kept = views.learnable_labels(table, [0])
+        views.learnable_labels(table, [0])   # another task in this process prepares the same dataset
     assert kept.attrs["label_names"] == ["A"] and kept.attrs["labels_left_out"] == ["B"]
     assert [r.getMessage() for r in caplog.records].count(
         "toy_said_once: left out 1 of 2 labels that lack a positive or a negative in some split: B") == 1

@@ -1,4 +1,4 @@
-"""LoRA fine-tuning (issue 13): only adapters and head train, the base is unchanged bit for bit, a
+"""LoRA fine-tuning (DESIGN.md section 11): only adapters and head train, the base is unchanged bit for bit, a
 resumed run equals an uninterrupted one, and the rows land in the tidy schema with regime lora."""
 
 import numpy as np
@@ -6,11 +6,13 @@ import pandas as pd
 import pytest
 import torch
 
-from crsrepro.encoders import create_encoder
-from crsrepro.run.lora import (PLANS, LoraError, _loss, adapt, adaptable, base_state, compare, lora_grid, lora_profiles, lora_targets,
-                           paper_gpu_hours, train)
-from crsrepro.profiles import load_profile
+from crsrepro.analyse.lora import compare, lora_profiles
 from crsrepro.core.schema import COLUMNS
+from crsrepro.encoders import create_encoder
+from crsrepro.profiles import load_profile
+from crsrepro.run.lora import (LoraError, LoraParams, LoraStage, _loss, adapt, adaptable, base_state, lora_targets,
+                               paper_gpu_hours, train)
+from crsrepro.run.stages import run_stages
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 
@@ -33,7 +35,7 @@ def test_only_adapters_and_head_train_and_the_base_is_unchanged(encoder_id):
         {n for n, _ in adapted.model.named_parameters() if "lora_" in n} != set()
     before = {k: v for k, v in base_state(adapted.model).items()}
     images, labels = _batch()
-    fine = train(adapted, images, labels, task="multiclass", n_outputs=3, seed=0, epochs=1, batch_size=8)
+    fine = train(adapted, images, labels, task="multiclass", n_outputs=3, seed=0, params=LoraParams(epochs=1, batch_size=8))
     assert _state_equal(base_state(adapted.model), before)  # weights and BatchNorm statistics, bit for bit
     assert _state_equal(base_state(encoder.model), original)  # the encoder itself is never touched
     assert _state_equal(before, original)
@@ -44,14 +46,15 @@ def test_only_adapters_and_head_train_and_the_base_is_unchanged(encoder_id):
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
     encoder = create_encoder("demo.random_cnn")
     images, labels = _batch()
-    kwargs = dict(task="multiclass", n_outputs=3, seed=1, batch_size=8)
-    whole = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "a", **kwargs)
-    train(adapt(encoder, seed=1), images, labels, epochs=1, checkpoint_dir=tmp_path / "b", **kwargs)  # killed after 1
-    resumed = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "b", **kwargs)
+    kwargs = dict(task="multiclass", n_outputs=3, seed=1)
+    one, two = LoraParams(epochs=1, batch_size=8), LoraParams(epochs=2, batch_size=8)
+    whole = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
+    train(adapt(encoder, seed=1), images, labels, params=one, checkpoint_dir=tmp_path / "b", **kwargs)  # killed after 1
+    resumed = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "b", **kwargs)
     assert resumed.resumed_from == 1 and whole.resumed_from == 0
     assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["epoch_1.pt", "epoch_2.pt"]
     assert _state_equal(resumed.trainable_state(), whole.trainable_state())
-    done = train(adapt(encoder, seed=1), images, labels, epochs=2, checkpoint_dir=tmp_path / "a", **kwargs)
+    done = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
     assert done.resumed_from == 2 and _state_equal(done.trainable_state(), whole.trainable_state())
 
 
@@ -65,7 +68,7 @@ def test_multilabel_loss_ignores_uncertain_labels():
 def test_targets_cover_five_demo_networks():
     demo = load_profile("demo")
     assert len(adaptable(demo.encoders)) >= 5
-    assert len([e for e in adaptable(demo.encoders) if e not in PLANS["demo"].exclude]) >= 5  # a tau means something
+    assert len([e for e in adaptable(demo.encoders) if e not in demo.lora.exclude]) >= 5  # a tau means something
     with pytest.raises(LoraError, match="demo.texture: no LoRA target modules"):
         lora_targets(create_encoder("demo.texture").spec)
 
@@ -81,8 +84,8 @@ def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
     (tmp_path / "manifests").mkdir()
     profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
                                                "perturbations": ["jpeg"], "control_probes": {"probes": []}})
-    cells = [("demo.random_cnn", "aptos2019")]
-    rows = lora_grid(profile, cells=cells, seeds=[0], epochs=1, batch_size=16)
+    stage = LoraStage(cells=(("demo.random_cnn", "aptos2019"),), seeds=(0,), params=LoraParams(epochs=1, batch_size=16))
+    rows = run_stages(profile, [stage], executor="serial", progress=False)[0]
     assert list(rows.columns) == COLUMNS and set(rows["regime"]) == {"lora"}
     assert set(rows["condition"]) == {"clean", "jpeg@2"} and "temperature" in set(rows["recalibrator"])
     assert set(rows["label_fraction"]) == {0.25, 1.0}
@@ -90,8 +93,12 @@ def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
     assert len(profiles) == 1 and np.isfinite(profiles[["auroc", "ece", "retention", "robustness"]].to_numpy()).all()
     checkpoints = list((profile.output_path / "lora" / "checkpoints").rglob("epoch_1.pt"))
     assert len(checkpoints) == 2  # one per fraction
-    again = lora_grid(profile, cells=cells, seeds=[0], epochs=1, batch_size=16)
+    runs = profile.output_path / "lora" / "runs"
+    before = {p.name: p.stat().st_mtime_ns for p in runs.iterdir()}
+    again = run_stages(profile, [stage], executor="serial", progress=False)[0]
+    assert {p.name: p.stat().st_mtime_ns for p in runs.iterdir()} == before  # nothing retrained
     pd.testing.assert_frame_equal(again, rows)
+    assert rows.attrs["epochs"] == 1
 
 
 def _profiles(scores):

@@ -9,8 +9,20 @@ import pytest
 NOTEBOOKS = sorted((Path(__file__).parents[1] / "notebooks").glob("*.ipynb"))
 
 
-def test_there_are_notebooks():
-    assert [p.stem for p in NOTEBOOKS][:2] == ["00_setup", "01_discrimination"]
+def test_the_notebooks_are_the_chapters_of_the_registry():
+    """Every notebook has an entry in :data:`crsrepro.present.chapters.CHAPTERS` and every entry a notebook,
+    in book order (file names sort as the chapters do)."""
+    from crsrepro.present.chapters import CHAPTERS
+
+    assert [p.stem for p in NOTEBOOKS] == list(CHAPTERS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_chapter_glues_its_own_numbers(path):
+    """A chapter's numbers cell names the chapter itself, so it cannot quote another chapter's numbers."""
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    named = {m for s in sources for m in re.findall(r"chapters\.(?:chapter_numbers|paper_vs_run)\(analysis, \"(\w+)\"\)", s)}
+    assert named == {path.stem}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

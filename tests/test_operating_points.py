@@ -1,4 +1,4 @@
-"""Operating points (issue 16): thresholds meet their target on val and are the best such, they are
+"""Operating points (DESIGN.md section 14): thresholds meet their target on val and are the best such, they are
 chosen on val only (the test split and the transfer set never move them), and on a tiny grid with a
 transfer set every condition is scored with the val threshold of its seed."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.data import get_spec
+from crsrepro.data import get_dataset_spec
 from crsrepro.analyse.operating_points import (COLUMNS, OPERATING_POINTS, achieved, choose_threshold, full_label_rowsets,
                                        operating_point_table, operating_points, severity_summary)
 from crsrepro.present.plots.deployment import sensitivity_vs_severity
@@ -106,7 +106,7 @@ def test_operating_point_table_on_a_tiny_grid(tiny):
     cases = store.read_cases(key)
     mine = table[(table["encoder"] == "demo.pixel_pca") & (table["seed"] == 1)]
     label = mine["label"].iloc[0]
-    names = list(get_spec("chexpert").label_names)
+    names = list(get_dataset_spec("chexpert").label_names)
     assert cases["probs|val|none"].shape[1] == len(names)  # every label learnable in this tiny world
     k = names.index(label)
     y, p = cases["labels|val"][:, k], cases["probs|val|none"][:, k].astype(float)

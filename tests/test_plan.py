@@ -1,4 +1,4 @@
-"""The compute planner (issue 17, "Planner"): its counts agree with the run grid and the profile."""
+"""The compute planner (DESIGN.md section 13): its counts agree with the run grid and the profile."""
 
 import pytest
 

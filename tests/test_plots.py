@@ -1,4 +1,4 @@
-"""Every figure of the book renders on a small synthetic runs table, without a warning (issue 14).
+"""Every figure of the book renders on a small synthetic runs table, without a warning (DESIGN.md section 12).
 
 The tables come from the library's own analyses (``reliability_profiles``, ``crs_scores``, the stats), so a
 change of their columns breaks these tests rather than the book. Each test renders the figure to PNG
@@ -20,7 +20,7 @@ from crsrepro.present import plots
 from crsrepro.present.plots import style
 from crsrepro.score.crs import DIMENSIONS, NORMALISED, ReferenceFrame, crs_scores
 from crsrepro.score.dimensions import reliability_profiles
-from crsrepro.core.schema import RUN_KEYS
+from crsrepro.core.schema import RUN_KEYS, severity
 from crsrepro.analyse.findings import insertion_experiment, recalibration_summary
 from crsrepro.score.stats import rank_agreement, seed_paired_bootstrap
 
@@ -42,15 +42,15 @@ def runs() -> pd.DataFrame:
         base = 0.62 + 0.05 * i
         conditions = CONDITIONS + (("mimic_cxr",) if dataset == "chexpert" else ())
         for fraction, condition in itertools.product(FRACTIONS, conditions):
-            severity = float(condition.split("@")[1]) if "@" in condition else 0.0
-            auroc = base - 0.03 * severity - 0.04 * (condition == "mimic_cxr") - 0.05 * (1 - fraction)
+            level = float(severity(condition))
+            auroc = base - 0.03 * level - 0.04 * (condition == "mimic_cxr") - 0.05 * (1 - fraction)
             recalibrators = ("none", "temperature") if fraction == 1.0 and condition == "clean" else ("none",)
             for recalibrator in recalibrators:
                 rows.append(dict(encoder=encoder, family=FAMILIES[encoder], dataset=dataset, seed=seed,
                                  label_fraction=fraction, condition=condition, probe="linear", layer="final",
                                  regime="frozen", recalibrator=recalibrator,
                                  auroc=auroc + rng.normal(0, 0.005),
-                                 ece=(0.03 if recalibrator == "temperature" else 0.08) + 0.02 * severity
+                                 ece=(0.03 if recalibrator == "temperature" else 0.08) + 0.02 * level
                                  + rng.uniform(0, 0.01)))
     table = pd.DataFrame(rows)
     assert set(RUN_KEYS) <= set(table.columns)
@@ -138,6 +138,18 @@ def test_label_efficiency_curves_have_a_line_and_a_band_per_encoder(runs):
 def test_robustness_heatmap_has_a_colour_bar(runs):
     fig = render(plots.robustness_heatmap, runs[runs.recalibrator == "none"], "isic2019")
     assert len(fig.axes) == 2 and len(panels(fig)) == 1
+
+
+def test_robustness_heatmap_shows_the_perturbations_then_the_transfer_sets(runs):
+    fig = render(plots.robustness_heatmap, runs[runs.recalibrator == "none"], "chexpert")
+    columns = [label.get_text() for label in panels(fig)[0].get_xticklabels()]
+    assert columns == [*sorted(c for c in CONDITIONS if c != "clean"), "mimic_cxr"]
+
+
+def test_a_figure_of_no_dataset_is_nothing(runs):
+    """The contrast dataset of a one-dataset profile is None: its figure cell shows nothing."""
+    assert plots.severity_curves(runs, None) is None
+    assert plots.perturbation_grid(None, None) is None
 
 
 def test_severity_curves_auroc_and_ece_per_perturbation(runs):

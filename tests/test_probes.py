@@ -1,4 +1,5 @@
-"""Tests for crsrepro.fit.probes: the torch backend agrees with scikit-learn; the estimator contract holds."""
+"""Tests for the probes (crsrepro.fit.linear, .controls, .lbfgs): the torch backend agrees with scikit-learn; the
+estimator contract holds."""
 
 import numpy as np
 import pytest
@@ -7,7 +8,9 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 
 from crsrepro.core.metrics import macro_auroc
-from crsrepro.fit.probes import KNNProbe, LinearProbe, MLPProbe, batched_lbfgs, fit_linear_probes
+from crsrepro.fit.controls import KNNProbe, MLPProbe
+from crsrepro.fit.lbfgs import batched_lbfgs
+from crsrepro.fit.linear import LinearProbe, fit_linear_probes
 
 SMALL_GRID = (1e-2, 1.0, 1e2)
 

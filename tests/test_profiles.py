@@ -34,6 +34,14 @@ def _write(tmp_path, data, name="p.yaml"):
     ({"features": {"batch_size": 0}}, "features.batch_size"),
     ({"data": {"u_policy": "maybe"}}, "data.u_policy"),
     ({"transfer": {"isic2019": "mimic_cxr"}, "datasets": ["chexpert"]}, "transfer"),
+    ({"depth": {"pairs": [["demo.random_cnn"]]}}, "depth.pairs"),
+    ({"depth": {"pairs": [["demo.random_cnn", "mimic_cxr"]]}}, "depth.pairs"),
+    ({"lora": {"n_seeds": 0}}, "lora.n_seeds"),
+    ({"lora": {"label_fractions": [2.0]}}, "lora.label_fractions"),
+    ({"lora": {"exclude": ["effnet"]}}, "lora.exclude"),
+    ({"manifests": {"name": 3}}, "manifests.name"),
+    ({"claims": {"paper_scope": "yes"}}, "claims.paper_scope"),
+    ({"book": {"coverage_profile": ""}}, "book.coverage_profile"),
 ])
 def test_bad_values_name_the_key(tmp_path, override, message):
     with pytest.raises(ProfileError, match=message.replace(".", r"\.")):
@@ -69,7 +77,7 @@ def test_paths_resolve_and_unset_variables_fail_only_when_used(tmp_path, monkeyp
 
 
 def test_optional_keys_get_their_documented_defaults(tmp_path):
-    """A valid profile without the optional keys loads and works (issue 9: no AttributeError: transfer)."""
+    """A valid profile without the optional keys loads and works (no AttributeError: transfer)."""
     data = yaml.safe_load((PROFILE_DIR / "demo.yaml").read_text())
     for key in ("transfer", "description", "canonical_size"):
         data.pop(key, None)
@@ -96,3 +104,18 @@ def test_errors_name_the_file(tmp_path):
     path = _write(tmp_path, {"include": "smoke", "seeds": "many"})
     with pytest.raises(ProfileError, match=f"{path}.*key seeds"):
         load_profile(path)
+
+
+def test_what_differs_between_profiles_is_read_from_their_keys():
+    """Behaviour comes from profile keys, never from a profile's name (the keys' defaults and the shipped
+    settings; tests/test_stages.py checks that a renamed copy of paper.yaml plans the paper's work)."""
+    demo, smoke, paper, seeds20, mini = (load_profile(n) for n in ("demo", "smoke", "paper", "demo-seeds20", "real-mini"))
+    assert demo.depth.pairs is None and len(paper.depth.pairs) == 8
+    assert (demo.lora.n_seeds, demo.lora.label_fractions, demo.lora.epochs, demo.lora.exclude) == \
+        (1, (0.25, 1.0), 2, ("demo.effnet_lite0",))
+    assert (smoke.lora.n_seeds, smoke.lora.epochs, smoke.lora.exclude) == (2, 1, ())
+    assert (paper.lora.n_seeds, paper.lora.epochs, len(paper.lora.label_fractions)) == (3, 8, 5)
+    assert paper.manifests.name == "" and demo.manifests.name == "demo" and smoke.manifests.name == "smoke"
+    assert paper.claims.paper_scope and not demo.claims.paper_scope and not smoke.claims.paper_scope
+    assert demo.book.coverage_profile == "demo-seeds20"
+    assert smoke.book.coverage_profile is seeds20.book.coverage_profile is mini.book.coverage_profile is None

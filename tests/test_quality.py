@@ -7,7 +7,8 @@ import pytest
 from crsrepro.cli import main
 from crsrepro.data.demo_world import sample_images
 from crsrepro.tools.deployment import example_images
-from crsrepro.extract.perturb import SEVERITIES, perturb
+from crsrepro.core.vocab import SEVERITIES
+from crsrepro.extract.perturb import perturb
 from crsrepro.tools.quality import STATISTICS, TRACKS, image_statistics, quality_check, robust_z
 
 

@@ -1,4 +1,4 @@
-"""Real images end to end (issue 12): the grid on a reduced real-mini profile, and NIH ChestX-ray14 as a
+"""Real images end to end (DESIGN.md section 3): the grid on a reduced real-mini profile, and NIH ChestX-ray14 as a
 second transfer target of a CheXpert-trained probe. Skipped where ../shared/realdata is absent."""
 
 import os
@@ -10,6 +10,7 @@ import pytest
 from crsrepro.run import grid
 from crsrepro.analyse.run_analysis import RunAnalysis
 from crsrepro.profiles import load_profile
+from crsrepro.score.frame import freeze_frame
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))
 IMAGES = REALDATA / "images"
@@ -36,7 +37,7 @@ def test_real_mini_runs_the_protocol_on_real_images(home):
     cells = analysis.cell_means
     assert set(cells["dataset"]) == {"isic2017", "kermany_cxr", "nih_cxr14"} and len(cells) == 6
     assert cells["auroc"].between(0.5, 1.0).all()  # real signal, even for colour histograms and pixel PCA
-    grid.freeze_frame(profile, results)
+    freeze_frame(profile, results)
     assert analysis.aggregate["crs"].between(0, 1).all() and analysis.has_seed_variance
 
 

@@ -1,4 +1,4 @@
-"""The loaders on real release files (issue 12): the counts of ``../shared/realdata/README.md``.
+"""The loaders on real release files (DESIGN.md section 3): the counts of ``../shared/realdata/README.md``.
 
 The three image datasets are read as they are; the paper's four from their real label files, with
 placeholder images (symbolic links to one tiny image; hard links would hit ext4's 65,000-link limit
@@ -21,7 +21,7 @@ from PIL import Image
 from crsrepro.data import label_matrix, load_dataset
 from crsrepro.data.common import CHEXPERT_LABELS
 from crsrepro.data.isic2017 import SPLITS as ISIC2017_SPLITS
-from crsrepro.data.label_maps import CHEXPERT_TO_NIH, align_chexpert_to_nih
+from crsrepro.data.label_maps import CHEXPERT_TO_NIH
 from crsrepro.core.errors import DataError
 
 REALDATA = Path(os.environ.get("CRSREPRO_REALDATA", Path(__file__).resolve().parents[1].parent / "shared" / "realdata"))
@@ -143,18 +143,12 @@ def test_nih_present_only_counts_and_strict_error(nih, caplog):
     assert "left out 111069 of 112120 rows: listed images whose file is absent" in caplog.text
 
 
-def test_chexpert_probe_scored_on_nih_shared_labels(nih):
-    proba = np.tile(np.arange(14) / 14.0, (len(nih), 1))  # column j holds j/14: shows which column went where
-    p, y, names = align_chexpert_to_nih(proba, nih)
-    assert names == ["No Finding", "Cardiomegaly", "Edema", "Consolidation", "Pneumonia", "Atelectasis",
-                     "Pneumothorax", "Pleural Effusion"]
-    np.testing.assert_array_equal(p[0] * 14, [CHEXPERT_LABELS.index(n) for n in names])
-    assert y.sum(axis=0).astype(int).tolist() == [536, 83, 31, 42, 11, 96, 43, 173]  # Effusion under Pleural Effusion
+def test_the_chexpert_to_nih_map_names_columns_of_the_real_release(nih):
+    # keys: CheXpert labels in CheXpert's column order; values: columns of the loaded NIH table
+    assert list(CHEXPERT_TO_NIH) == [n for n in CHEXPERT_LABELS if n in CHEXPERT_TO_NIH]
     assert CHEXPERT_TO_NIH["Pleural Effusion"] == "Effusion"
-    with pytest.raises(ValueError, match=r"\(n, 14\) matrix"):
-        align_chexpert_to_nih(proba[:, :8], nih)
-    with pytest.raises(ValueError, match=r"lacks the column\(s\) \['No Finding'\]"):
-        align_chexpert_to_nih(proba, nih.drop(columns="No Finding"))
+    counts = nih[list(CHEXPERT_TO_NIH.values())].sum().astype(int).tolist()
+    assert counts == [536, 83, 31, 42, 11, 96, 43, 173]  # Effusion under Pleural Effusion
 
 
 # ---------------------------------------------------------------- the paper's four, real label files

@@ -1,74 +1,134 @@
-"""The report helpers the chapters call: worked examples, the frame note, the paper-vs-run box (fast)."""
+"""What the chapters show beside their figures: the boxes, the tables, the prose numbers and the worked
+examples (fast)."""
 
-import doctest
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from crsrepro.present import report
+from crsrepro.present import chapters, teaching
+from crsrepro.present.report import html, numbers, tables
 
 
-def test_doctests():
-    assert doctest.testmod(report).failed == 0
+def _profile(name="demo", paper_scope=False, **keys):
+    return SimpleNamespace(name=name, claims=SimpleNamespace(paper_scope=paper_scope), **keys)
 
 
-def _analysis(frame_warning=None, profile="demo"):
-    claims = pd.DataFrame({"id": ["a", "b", "c"], "claim": ["first", "second", "third"],
-                           "paper value": ["1", "0.5", "2"], "this run": ["1", "0.4", ""],
-                           "notebook": ["02_calibration", "02_calibration", "02_calibration"],
-                           "status": ["measured", "paper profile only", "not measured"]})
-    return SimpleNamespace(frame_warning=frame_warning, claims=claims, profile=SimpleNamespace(name=profile))
+CLAIMS = pd.DataFrame({"id": ["a", "b", "c"], "claim": ["first", "second", "third"],
+                       "paper value": ["1", "0.5", "2"], "this run": ["1", "0.4", ""],
+                       "notebook": ["02_calibration", "02_calibration", "02_calibration"],
+                       "status": ["measured", "paper profile only", "not measured"]})
 
 
 def test_frame_note_is_nothing_without_a_warning_and_a_box_with_one():
-    assert report.frame_note(_analysis()) is None
-    note = report.frame_note(_analysis("frozen from results abc, these are def"))
+    assert html.frame_note(SimpleNamespace(frame_warning=None)) is None
+    note = html.frame_note(SimpleNamespace(frame_warning="frozen from results abc, these are def"))
     assert note.data.startswith('<div class="admonition warning">')
     assert "frozen from results abc, these are def" in note.data
 
 
-def test_paper_vs_run_lists_what_this_run_measured_and_counts_the_rest():
-    text = report.paper_vs_run(_analysis(), "02_calibration").data
+def test_the_claims_box_lists_what_this_run_measured_and_counts_the_rest():
+    text = html.claims_box(CLAIMS, "02_calibration", _profile()).data
     assert "<td>first</td>" in text and "<td>0.4</td>" in text and "paper profile only" in text
     assert "third" not in text and "1 more claim(s)" in text
-    assert "analogue" in text                       # not the paper profile: analogues are flagged
-    assert "analogue" not in report.paper_vs_run(_analysis(profile="paper"), "02_calibration").data
+    assert "Paper vs this run (profile demo)" in text
+    assert "analogue" in text                       # not the paper's protocol: analogues are flagged
+    assert "analogue" not in html.claims_box(CLAIMS, "02_calibration", _profile("paper-gpu2", paper_scope=True)).data
+    long = pd.concat([CLAIMS.iloc[:1]] * (html.LONG_BOX + 1)).assign(id=[f"x{i}" for i in range(html.LONG_BOX + 1)])
+    assert 'class="admonition tip dropdown"' in html.claims_box(long, "02_calibration", _profile()).data
+
+
+def test_a_chapter_box_reads_the_run_s_claims_page(monkeypatch):
+    from crsrepro.present import claims
+
+    monkeypatch.setattr(claims, "run_claims", lambda analysis: CLAIMS)
+    analysis = SimpleNamespace(profile=_profile())
+    assert "<td>first</td>" in chapters.paper_vs_run(analysis, "02_calibration").data
+    with pytest.raises(ValueError, match="measures no claim"):
+        chapters.paper_vs_run(analysis, "05b_sensitivity")
 
 
 def test_chapter_numbers_refuses_an_unknown_chapter():
     with pytest.raises(ValueError, match="99_nothing"):
-        report.chapter_numbers(_analysis(), "99_nothing")
+        chapters.chapter_numbers(SimpleNamespace(), "99_nothing")
 
 
 def test_toy_examples_agree_with_their_definitions():
-    assert report.toy_auroc()["ranked above"].mean() == report.toy_auroc().attrs["auroc"]
-    table = report.toy_ece()
+    assert teaching.toy_auroc()["ranked above"].mean() == teaching.toy_auroc().attrs["auroc"]
+    table = teaching.toy_ece()
     assert table.attrs["ece"] == pytest.approx((table["n"] * table["gap"]).sum() / table["n"].sum(), abs=2e-3)
-    boot = report.toy_paired_bootstrap(300)
+    boot = teaching.toy_paired_bootstrap(300)
     assert boot.attrs["ci_low"] < 0 < boot.attrs["ci_high"]   # the worked example's point: not separable
 
 
-# --------------------------------------------------------------------------- the chapters' new tables and numbers
+# --------------------------------------------------------------------------- the chapters' choices and tables
+
+def test_the_example_and_contrast_datasets():
+    three = SimpleNamespace(datasets=("isic2019", "aptos2019", "chexpert"))
+    assert tables.example_dataset(three) == "isic2019" and tables.contrast_dataset(three) == "chexpert"
+    assert tables.example_dataset(three, "aptos2019") == "aptos2019"
+    assert tables.contrast_dataset(three, "chexpert") is None      # the example is the last: drawn once
+    one = SimpleNamespace(datasets=("isic2019",))
+    assert tables.example_dataset(one) == "isic2019" and tables.contrast_dataset(one) is None
+
+
+def test_the_label_efficiency_bar_is_vit_b16_when_the_panel_has_it():
+    calls = []
+
+    def analysis(encoders):
+        return SimpleNamespace(profile=SimpleNamespace(encoders=encoders, label_fractions=(0.1, 0.01, 1.0)),
+                               absolute_label_efficiency=lambda fraction, reference: calls.append((fraction, reference)))
+
+    tables.absolute_label_efficiency(analysis(["general.resnet50", "general.vit_b16"]))
+    tables.absolute_label_efficiency(analysis(["demo.a", "demo.b"]))
+    tables.absolute_label_efficiency(analysis(["general.resnet50", "general.vit_b16"]), "general.resnet50")
+    assert calls == [(0.01, "general.vit_b16"), (0.01, "demo.a"), (0.01, "general.resnet50")]
+
+
+def _runs(**columns):
+    base = dict(seed=0, probe="linear", regime="frozen", layer="final", recalibrator="none", label_fraction=1.0,
+                ece=0.1)
+    return pd.DataFrame({**base, **columns})
+
+
+def test_primary_runs_keep_the_primary_protocol_at_the_chosen_condition_and_fraction():
+    from crsrepro.core.schema import COLUMNS
+
+    keys = dict(encoder="e", family="general", dataset="d", seed=0, layer="final", regime="frozen", probe_C=1.0,
+                converged=True, hit_time_cap=False, fit_seconds=1.0)
+    rows = [keys | dict(label_fraction=f, condition=c, probe=p, recalibrator=r, rowset=f"{f}{c}{p}{r}",
+                        metric=m, value=v)
+            for f in (0.1, 1.0) for c in ("clean", "jpeg@2") for p, r in (("linear", "none"), ("knn", "none"),
+                                                                          ("linear", "temperature"))
+            for m, v in (("auroc", 0.8), ("ece", 0.1))]
+    results = pd.DataFrame(rows)[COLUMNS]
+    runs = tables.primary_runs(results)
+    assert (runs["probe"].tolist(), runs["recalibrator"].tolist()) == (["linear"], ["none"])
+    assert (runs["condition"].tolist(), runs["label_fraction"].tolist()) == (["clean"], [1.0])
+    assert len(tables.primary_runs(results, condition=None, label_fraction=None)) == 4
+
 
 def test_transfer_table_has_one_column_per_target():
-    runs = pd.DataFrame({"encoder": ["e1", "e1", "e1", "e2", "e2"], "dataset": "chexpert",
-                         "condition": ["clean", "mimic_cxr", "nih_cxr14", "clean", "mimic_cxr"],
-                         "auroc": [0.8, 0.7, 0.6, 0.9, 0.65], "probe": "linear", "regime": "frozen", "layer": "final",
-                         "recalibrator": "none", "label_fraction": 1.0})
-    one = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={"chexpert": ("mimic_cxr",)}))
-    assert report.transfer_table(one).columns.tolist() == ["chexpert (clean)", "chexpert -> mimic_cxr"]
-    two = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={"chexpert": ("mimic_cxr", "nih_cxr14")}))
-    table = report.transfer_table(two)
+    runs = _runs(encoder=["e1", "e1", "e1", "e2", "e2"], dataset="chexpert",
+                 condition=["clean", "mimic_cxr", "nih_cxr14", "clean", "mimic_cxr"], auroc=[0.8, 0.7, 0.6, 0.9, 0.65])
+    one = SimpleNamespace(all_runs=runs, profile=_profile("x", transfer={"chexpert": ("mimic_cxr",)}))
+    assert tables.transfer_table(one).columns.tolist() == ["chexpert (clean)", "chexpert -> mimic_cxr"]
+    two = SimpleNamespace(all_runs=runs, profile=_profile("x", transfer={"chexpert": ("mimic_cxr", "nih_cxr14")}))
+    table = tables.transfer_table(two)
     assert table.loc["e1", "chexpert -> nih_cxr14"] == 0.6 and pd.isna(table.loc["e2", "chexpert -> nih_cxr14"])
-    none = SimpleNamespace(all_runs=runs, profile=SimpleNamespace(name="x", transfer={}))
+    none = SimpleNamespace(all_runs=runs, profile=_profile("x", transfer={}))
     # without a transfer set the chapter shows one note (the figure's) and nothing else
-    assert "names no transfer set" in report.transfer_figure(none).data
-    assert report.transfer_table(none) is None and report.transfer_welch(none) is None
-    assert report.transfer_thresholds(none, pd.DataFrame({"severity": []})) is None
-    assert "names no transfer set" in report.external_validity(none).data
-    assert "no transfer set" in report._transfer_numbers(none)["transfer_sentence"].data
+    assert "names no transfer set" in tables.transfer_figure(none).data
+    assert tables.transfer_table(none) is None and tables.transfer_welch(none) is None
+    assert tables.transfer_thresholds(none, pd.DataFrame({"severity": []})) is None
+    assert "names no transfer set" in tables.external_validity(none).data
+    degradation = SimpleNamespace(pearson_r=0.5, cells=pd.DataFrame(
+        {"peak_ece_rise": [0.1, 0.3], "mean_ece_rise": [0.05, 0.1], "mean_auroc_drop": [0.01, 0.03]},
+        index=pd.MultiIndex.from_tuples([("demo.a", "d1"), ("demo.b", "d2")], names=["encoder", "dataset"])))
+    robustness = numbers.robustness(SimpleNamespace(degradation=degradation, profile=none.profile))
+    assert robustness["peak_ece_cell"] == "b on d2" and robustness["degradation_r"] == "0.500"
+    assert "no transfer set" in robustness["transfer_sentence"].data and "transfer_p" not in robustness
 
 
 def test_two_level_intervals_stack_the_datasets():
@@ -78,7 +138,7 @@ def test_two_level_intervals_stack_the_datasets():
     labels = rng.integers(0, 2, 60)
     probs = {e: np.stack([np.column_stack([1 - p, p]) for p in rng.uniform(size=(2, 60))]) for e in ("a", "b")}
     result = two_level_bootstrap(labels, probs, task="multiclass", n_resamples=50)
-    table = report.two_level_intervals(SimpleNamespace(two_level_bootstrap={"d1": result, "d2": result}))
+    table = tables.two_level_intervals(SimpleNamespace(two_level_bootstrap={"d1": result, "d2": result}))
     assert table.index.names == ["dataset", "encoder"] and len(table) == 4
     assert (table["auroc_width"] >= 0).all() and (table["auroc_ci_low"] <= table["auroc"]).all()
 
@@ -86,10 +146,10 @@ def test_two_level_intervals_stack_the_datasets():
 def test_seed_count_coverage_is_a_note_when_skipped_and_a_row_otherwise(monkeypatch):
     from crsrepro.analyse.run_analysis import RunAnalysis
 
-    assert "not run here" in report.seed_count_coverage("").data
+    assert "not run here" in tables.seed_count_coverage("").data
     table = pd.DataFrame({"a": ["x"], "b": ["y"], "estimate_all_seeds": [0.1], "coverage": [0.8], "mean_width": [0.2]})
     table.attrs = {"coverage": 0.8, "level": 0.95, "n_seeds": 5, "n_all_seeds": 20, "n_subsets": 40}
     monkeypatch.setattr(RunAnalysis, "load", classmethod(
         lambda cls, profile: SimpleNamespace(seed_count_coverage=lambda n_seeds: table)))
-    row = report.seed_count_coverage("demo-seeds20").loc["demo-seeds20"]
+    row = tables.seed_count_coverage("demo-seeds20").loc["demo-seeds20"]
     assert (row["coverage"], row["nominal"], row["seeds of the run"]) == (0.8, 0.95, 20)

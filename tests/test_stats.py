@@ -1,4 +1,4 @@
-"""Tests of the rank statistics and the paired bootstraps (DESIGN.md section 10, issue 6)."""
+"""Tests of the rank statistics and the paired bootstraps (DESIGN.md section 10)."""
 
 import time
 
@@ -10,7 +10,7 @@ from scipy import stats as sps
 from crsrepro.score.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
 from crsrepro.core.metrics import macro_auroc
 from crsrepro.score.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
-                            seed_paired_bootstrap, seed_variance)
+                                  rank_correlations, seed_paired_bootstrap, seed_variance)
 
 import torch
 
@@ -47,6 +47,25 @@ def test_rank_agreement_matches_scipy(seed):
     assert r.n_pairs == 66
     i, j = np.triu_indices(12, 1)
     assert r.reversed_pairs == int(np.sum((a[i] - a[j]) * (b[i] - b[j]) < 0))
+
+
+def test_rank_correlations_is_rank_agreement_for_every_row():
+    """The vectorised core gives, row by row, rank_agreement's numbers to the last bit (rho as numpy.corrcoef)."""
+    rng = np.random.default_rng(4)
+    a = np.round(rng.normal(size=12), 1)
+    b = a + rng.normal(scale=1.0, size=(20, 12))
+    b[::3] = np.round(b[::3])  # ties in some rows
+    b[1] = 0.5  # a constant ranking: tau and rho are NaN
+    names = [f"e{i}" for i in range(12)]
+    tau, rho, reversed_pairs = rank_correlations(a, b)
+    assert tau.shape == rho.shape == reversed_pairs.shape == (20,)
+    for k in range(20):
+        r = rank_agreement(dict(zip(names, a)), dict(zip(names, b[k])))
+        np.testing.assert_array_equal([tau[k], rho[k], reversed_pairs[k]],
+                                      [r.kendall_tau, r.spearman_rho, r.reversed_pairs])
+        if k != 1:
+            assert rho[k] == np.corrcoef(sps.rankdata(a), sps.rankdata(b[k]))[0, 1]
+    assert np.isnan(tau[1]) and np.isnan(rho[1])
 
 
 def test_tau_identity_for_15_untied_encoders():
@@ -176,7 +195,7 @@ def _shared_effect_panel(truth, n_seeds, shared_sd, own_sd, rng):
 
 
 def test_paired_peers_ci_covers_and_is_narrower_under_a_shared_seed_effect():
-    """Issue 10: with a shared seed effect the resampled-peers interval of A - B is far narrower than the
+    """DESIGN.md section 10: with a shared seed effect the resampled-peers interval of A - B is far narrower than the
     frozen-peers one and covers the true difference at about the nominal 95 % over repeated panels."""
     truth = {"A": [0.72, 0.68, 0.70, 0.66], "B": [0.69, 0.65, 0.67, 0.63], "C": [0.70, 0.62, 0.64, 0.72],
              "D": [0.66, 0.62, 0.64, 0.60]}  # gaps of 0.03: the Pareto order is stable under the own effect
@@ -260,7 +279,7 @@ def test_seed_variance_and_its_check():
     row = table[(table["encoder"] == "e01") & (table["dataset"] == "chexpert")].iloc[0]
     assert row["sd_ece"] == pytest.approx(np.std(cell["ece"], ddof=1))
     assert has_seed_variance(per_seed)
-    # the degenerate grid of issue 10: every seed a copy of seed 0 except for retention
+    # the degenerate grid of DESIGN.md section 10: every seed a copy of seed 0 except for retention
     copies = per_seed.copy()
     first = copies[copies["seed"] == 0].set_index(["encoder", "dataset"])
     for d in ("auroc", "ece", "robustness"):

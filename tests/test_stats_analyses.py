@@ -1,4 +1,4 @@
-"""Tests of the paper's analyses on a small synthetic runs table (issue 6, DESIGN.md section 10)."""
+"""Tests of the paper's analyses on a small synthetic runs table (DESIGN.md section 10)."""
 
 import numpy as np
 import pandas as pd
@@ -13,6 +13,7 @@ from crsrepro.analyse.findings import (absolute_label_efficiency, aulc_vs_retent
 from crsrepro.score.crs import ReferenceFrame
 from crsrepro.score.dimensions import ProfileTableError, reliability_profiles
 from crsrepro.core.metrics import aulc, label_efficiency_retention, robustness_raw
+from crsrepro.core.schema import FINAL, FROZEN, LORA
 
 FAMILIES = {"g1": "general", "g2": "general", "g3": "general", "m1": "medical", "m2": "medical", "s1": "specialist"}
 QUALITY = {"g1": 0.1, "g2": 0.3, "g3": 0.5, "m1": 0.6, "m2": 0.8, "s1": 0.9}
@@ -127,7 +128,7 @@ def test_recalibration_summary():
 
 
 def test_recalibration_best_in_val_is_chosen_on_val_never_on_test():
-    """Issue 10: per cell the method with the lowest seed-mean val_cv_ece, whatever the test ECE says."""
+    """DESIGN.md section 10: per cell the method with the lowest seed-mean val_cv_ece, whatever the test ECE says."""
     clean = (RUNS["probe"] == "linear") & (RUNS["condition"] == "clean") & (RUNS["label_fraction"] == 1.0)
     runs = RUNS.copy()
     runs.loc[clean, "val_cv_ece"] = np.where(runs.loc[clean, "recalibrator"] == "none", 0.10, 0.05)
@@ -209,8 +210,33 @@ def test_reliability_profiles_errors_name_the_cell():
         reliability_profiles(no_perturbation)
 
 
+def test_reliability_profiles_of_a_depth_tap_and_of_lora_without_relabelling():
+    """The depth sweep and LoRA ask for their layer and regime (DESIGN.md section 11); the primary rows stay apart."""
+    primary = RUNS[(RUNS.probe == "linear") & (RUNS.recalibrator == "none")]
+    tap = primary.assign(layer="block_6", auroc=primary["auroc"] - 0.03 * primary["seed"])
+    lora = primary.assign(regime=LORA, auroc=primary["auroc"] + 0.01, ece=primary["ece"] / 2)
+    runs = pd.concat([RUNS, tap, lora], ignore_index=True)
+    pd.testing.assert_frame_equal(reliability_profiles(runs), reliability_profiles(RUNS))  # the default: final, frozen
+
+    by_layer = reliability_profiles(runs, layer=None)
+    assert list(by_layer.columns[:4]) == ["encoder", "dataset", "seed", "layer"]
+    assert sorted(by_layer["layer"].unique()) == ["block_6", FINAL]
+    final = by_layer[by_layer["layer"] == FINAL].drop(columns="layer").reset_index(drop=True)
+    pd.testing.assert_frame_equal(final, reliability_profiles(RUNS))
+    at_tap = by_layer[by_layer["layer"] == "block_6"].drop(columns="layer").reset_index(drop=True)
+    pd.testing.assert_frame_equal(at_tap, reliability_profiles(tap.assign(layer=FINAL)))  # what relabelling gave
+    pd.testing.assert_frame_equal(reliability_profiles(runs, layer="block_6"), at_tap)
+    assert (at_tap["auroc"] < final["auroc"]).any()  # the tap is scored from its own rows
+
+    pd.testing.assert_frame_equal(reliability_profiles(runs, regime=LORA), reliability_profiles(lora.assign(regime=FROZEN)))
+    by_regime = reliability_profiles(runs, regime=None)
+    assert by_regime.groupby("regime").size().to_dict() == {FROZEN: 54, LORA: 54}
+    with pytest.raises(ProfileTableError, match="layer block_9, regime any"):
+        reliability_profiles(runs, layer="block_9", regime=None)
+
+
 def test_seed_count_coverage_measures_how_much_few_seeds_under_cover():
-    """Issue 10: 5-seed intervals judged against the estimate from all 20 seeds."""
+    """DESIGN.md section 10: 5-seed intervals judged against the estimate from all 20 seeds."""
     profiles = reliability_profiles(make_runs(seeds=tuple(range(20))))
     frame = ReferenceFrame.freeze(profiles)
     table = analyses.seed_count_coverage(profiles, frame, n_seeds=5, n_subsets=6, n_resamples=200, rng=0)

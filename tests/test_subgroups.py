@@ -1,4 +1,4 @@
-"""Subgroups (issue 16): the metric on synthetic per-case arrays finds a planted subgroup effect, skips
+"""Subgroups (DESIGN.md section 14): the metric on synthetic per-case arrays finds a planted subgroup effect, skips
 what it must and counts it; on a tiny grid the test cases join the loaders' metadata and the worst
 subgroup is scored with the frozen frame."""
 

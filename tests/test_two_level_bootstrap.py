@@ -1,4 +1,4 @@
-"""Tests of the two-level (seeds x test cases) bootstrap of D and C (issue 10, DESIGN.md section 10)."""
+"""Tests of the two-level (seeds x test cases) bootstrap of D and C (DESIGN.md section 10)."""
 
 import numpy as np
 import pandas as pd

@@ -23,12 +23,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from crsrepro.score.crs import ReferenceFrame, aggregate_crs, cell_means, crs_scores
-from crsrepro.core.schema import is_perturbation
-from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
 from crsrepro.core.metrics import aulc
-from crsrepro.score.stats import _as_generator, _check_level, rank_agreement
-from crsrepro.core.vocab import MEDICAL_FAMILIES, NO_RECALIBRATION
+from crsrepro.core.schema import is_perturbation
+from crsrepro.core.vocab import CLEAN, LINEAR, MEDICAL_FAMILIES, NO_RECALIBRATION
+from crsrepro.score.crs import ReferenceFrame, aggregate_crs, cell_means, crs_scores
+from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
+from crsrepro.score.stats import as_generator, check_level, rank_agreement, seed_paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_insert
     if size < panel_size:
         logger.info("insertion experiment: %d encoders available, so panels of %d (not %d) + %d inserted",
                     len(encoders), size, panel_size, n_inserted)
-    generator = _as_generator(rng)
+    generator = as_generator(rng)
     parts = []
     for trial in range(n_trials):
         chosen = generator.permutation(encoders)
@@ -203,16 +203,16 @@ def control_probe_agreement(runs: pd.DataFrame, *, metric: str = "auroc") -> pd.
         One row per (dataset, probe): ``n_encoders, kendall_tau, spearman_rho, reversed_pairs,
         n_pairs, top3_overlap``.
     """
-    rows = select_runs(runs, probe=None, condition="clean", label_fraction=1.0)
+    rows = select_runs(runs, probe=None, condition=CLEAN, label_fraction=1.0)
     means = _seed_means(rows, ["dataset", "encoder", "probe"], [metric])[metric]
     out = []
     for dataset, per_dataset in means.groupby(level="dataset"):
         table = per_dataset.droplevel("dataset").unstack("probe")  # encoder x probe
-        for probe in [p for p in table.columns if p != "linear" and "linear" in table.columns]:
-            both = table[["linear", probe]].dropna()
+        for probe in [p for p in table.columns if p != LINEAR and LINEAR in table.columns]:
+            both = table[[LINEAR, probe]].dropna()
             if len(both) < 2:
                 continue
-            r = rank_agreement(both["linear"].to_dict(), both[probe].to_dict())
+            r = rank_agreement(both[LINEAR].to_dict(), both[probe].to_dict())
             out.append({"dataset": dataset, "probe": probe, "n_encoders": len(both), "kendall_tau": r.kendall_tau,
                         "spearman_rho": r.spearman_rho, "reversed_pairs": r.reversed_pairs, "n_pairs": r.n_pairs,
                         "top3_overlap": r.top3_overlap})
@@ -232,7 +232,7 @@ so None. Until they are known, no recalibration summary is comparable with the p
 
 @dataclass(frozen=True)
 class RecalibrationSummary:
-    """ECE before and after post-hoc recalibration (DESIGN.md section 8), three ways (issue 10).
+    """ECE before and after post-hoc recalibration (DESIGN.md section 8), three ways.
 
     Attributes
     ----------
@@ -295,7 +295,7 @@ def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | 
                           level: float = 0.95) -> RecalibrationSummary:
     """How much recalibration reduces ECE, per cell and overall (clean test split, 100 % labels).
 
-    Three summaries (issue 10): each recalibrator over every cell; the recalibrator chosen per cell
+    Three summaries (DESIGN.md section 15, selection on val only): each recalibrator over every cell; the recalibrator chosen per cell
     inside val (the lowest seed-mean :data:`VAL_CV_ECE`, never the test ECE), over every cell; and
     both again over a declared selection of cells, a sensitivity check for the paper's unnamed "six
     main tests".
@@ -311,8 +311,8 @@ def recalibration_summary(runs: pd.DataFrame, *, cells: list[tuple[str, str]] | 
     level : float, default 0.95
         Level of the t-interval of the mean absolute drop over cells **[ours: a t-interval]**.
     """
-    _check_level(level)
-    rows = select_runs(runs, recalibrator=None, condition="clean", label_fraction=1.0)
+    check_level(level)
+    rows = select_runs(runs, recalibrator=None, condition=CLEAN, label_fraction=1.0)
     has_val = VAL_CV_ECE in rows.columns and rows[VAL_CV_ECE].notna().any()
     means = _seed_means(rows, ["encoder", "dataset", "recalibrator"],
                         ["auroc", "ece"] + ([VAL_CV_ECE] if has_val else [])).reset_index()
@@ -391,7 +391,7 @@ def calibration_under_degradation(runs: pd.DataFrame) -> DegradationResult:
     """
     rows = select_runs(runs, label_fraction=1.0)
     means = _seed_means(rows, ["encoder", "dataset", "condition"]).reset_index()
-    clean = means[means["condition"] == "clean"].set_index(["encoder", "dataset"])
+    clean = means[means["condition"] == CLEAN].set_index(["encoder", "dataset"])
     perturbed = means[means["condition"].map(is_perturbation)].join(clean[["auroc", "ece"]].add_suffix("_clean"),
                                                                      on=["encoder", "dataset"])
     perturbed = perturbed.assign(ece_rise=perturbed["ece"] - perturbed["ece_clean"],
@@ -426,7 +426,7 @@ def absolute_label_efficiency(runs: pd.DataFrame, *, fraction: float = 0.01,
         dataset without the reference encoder) and ``reaches_reference`` (AUROC at ``fraction`` >= the
         bar; False where there is no bar).
     """
-    rows = select_runs(runs, condition="clean")
+    rows = select_runs(runs, condition=CLEAN)
     if reference_encoder not in set(rows["encoder"]):
         raise ValueError(f"reference_encoder {reference_encoder!r} has no runs (encoders: "
                          f"{', '.join(sorted(rows['encoder'].unique()))})")
@@ -509,7 +509,7 @@ class AulcVsRetention:
 
 def aulc_vs_retention(runs: pd.DataFrame) -> AulcVsRetention:
     """Spearman of AULC and of retention with full-label AUROC, at encoder and at cell level."""
-    rows = select_runs(runs, condition="clean")
+    rows = select_runs(runs, condition=CLEAN)
     curves = rows.groupby(["encoder", "dataset", "seed"]).apply(
         lambda c: aulc(c.set_index("label_fraction")["auroc"].astype(float).to_dict()), include_groups=False)
     profiles = cell_means(reliability_profiles(runs)).set_index(["encoder", "dataset"])
@@ -522,8 +522,8 @@ def aulc_vs_retention(runs: pd.DataFrame) -> AulcVsRetention:
     return AulcVsRetention(cells=cells, correlations=correlations)
 
 
-def probe_conclusions(runs: pd.DataFrame, *, probes=("linear", "mlp", "knn")) -> pd.DataFrame:
-    """Do the paper's conclusions depend on the classifier? (DESIGN.md section 7, issue 10.)
+def probe_conclusions(runs: pd.DataFrame, *, probes=(LINEAR, "mlp", "knn")) -> pd.DataFrame:
+    """Do the paper's conclusions depend on the classifier? (DESIGN.md section 7.)
 
     For each probe with a complete grid in ``runs``, the four-dimensional reliability profiles, the CRS
     against a frame frozen from that probe's own panel [ours: reference-relative within the same probe,
@@ -550,16 +550,16 @@ def probe_conclusions(runs: pd.DataFrame, *, probes=("linear", "mlp", "knn")) ->
                      "auroc_crs_reversed_pairs": agreement.reversed_pairs, "n_pairs": agreement.n_pairs,
                      "auroc_leader": aggregate["auroc"].idxmax(), "crs_leader": aggregate["crs"].idxmax()})
     table = pd.DataFrame(rows).set_index("probe")
-    if "linear" in aggregates:
+    if LINEAR in aggregates:
         table["crs_vs_linear_kendall_tau"] = [
-            rank_agreement(aggregates["linear"]["crs"].to_dict(), aggregates[p]["crs"].to_dict()).kendall_tau
+            rank_agreement(aggregates[LINEAR]["crs"].to_dict(), aggregates[p]["crs"].to_dict()).kendall_tau
             for p in table.index]
     return table
 
 
 def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_seeds: int = 5,
                         n_subsets: int = 40, n_resamples: int = 1000, level: float = 0.95, rng=0) -> pd.DataFrame:
-    """How much a seed bootstrap over ``n_seeds`` seeds under-covers (issue 10), from a run with many.
+    """How much a seed bootstrap over ``n_seeds`` seeds under-covers (DESIGN.md section 10), from a run with many.
 
     From a run with S > ``n_seeds`` seeds (the ``demo-seeds20`` profile has 20), ``n_subsets`` random
     subsets of ``n_seeds`` seeds are drawn; on each, the seed-paired bootstrap gives the ``level``
@@ -574,13 +574,11 @@ def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, 
         One row per pair (a, b): ``estimate_all_seeds``, ``coverage``, ``mean_width``; ``attrs`` holds
         the overall ``coverage``, ``level``, ``n_seeds``, ``n_all_seeds`` and ``n_subsets``.
     """
-    from crsrepro.score.stats import seed_paired_bootstrap
-
     seeds = np.sort(per_seed_profiles["seed"].unique())
     if len(seeds) <= n_seeds:
         raise ProfileTableError(f"per-seed profiles: {len(seeds)} seeds; the coverage of a {n_seeds}-seed bootstrap "
                                 f"needs a run with more (e.g. the demo-seeds20 profile)")
-    generator = _as_generator(rng)
+    generator = as_generator(rng)
     full = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"]
     encoders = sorted(full.index)
     pairs = [(a, b) for i, a in enumerate(encoders) for b in encoders[i + 1:]]

@@ -1,4 +1,4 @@
-"""Operating points: sensitivity and specificity at thresholds chosen on val (issue 16; beyond the paper).
+"""Operating points: sensitivity and specificity at thresholds chosen on val (DESIGN.md section 14; beyond the paper).
 
 A deployed classifier is used at a threshold, not through its AUROC. For each cell and seed of the
 full-label linear probe, and for each class (one-vs-rest, multi-class) or label (multi-label):
@@ -26,14 +26,13 @@ threshold (counted in the log); a test set without positives (negatives) has a N
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
 import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.schema import is_perturbation, is_transfer
-from crsrepro.core.vocab import CLEAN, NO_RECALIBRATION
+from crsrepro.core.schema import FINAL, FROZEN, Condition, case_key, is_transfer, parse_case_key
+from crsrepro.core.vocab import CLEAN, LINEAR, NO_RECALIBRATION
 
 logger = logging.getLogger(__name__)
 
@@ -140,9 +139,9 @@ def full_label_rowsets(analysis, dataset: str) -> pd.Series:
     """The row-set keys of the full-label linear probe on ``dataset``, indexed by (encoder, seed): the
     row-sets whose per-case arrays the grid stores (:data:`crsrepro.run.results.CASES_LAYOUT`)."""
     results = analysis.results
-    rows = results[(results["dataset"] == dataset) & (results["probe"] == "linear")
-                   & (results["label_fraction"] == 1.0) & (results["layer"] == "final")
-                   & (results["regime"] == "frozen")]
+    rows = results[(results["dataset"] == dataset) & (results["probe"] == LINEAR)
+                   & (results["label_fraction"] == 1.0) & (results["layer"] == FINAL)
+                   & (results["regime"] == FROZEN)]
     if rows.empty:
         raise CrsreproError(f"no full-label linear probe on {dataset} in these results")
     return rows.groupby(["encoder", "seed"])["rowset"].first()
@@ -150,14 +149,14 @@ def full_label_rowsets(analysis, dataset: str) -> pd.Series:
 
 def _label_names(analysis, dataset: str, n_columns: int) -> list[str]:
     """The names of the probe's columns: the dataset's labels, less those the grid left out as
-    unlearnable on this run's splits (:func:`crsrepro.run.grid._learnable_labels`)."""
-    from crsrepro.data import get_spec, prepare_dataset
-    from crsrepro.run.grid import _learnable_labels
+    unlearnable on this run's splits (:func:`crsrepro.run.views.learnable_labels`)."""
+    from crsrepro.data import get_dataset_spec, prepare_dataset
+    from crsrepro.run.views import learnable_labels
 
-    names = list(get_spec(dataset).label_names)
+    names = list(get_dataset_spec(dataset).label_names)
     if len(names) != n_columns:
         table = prepare_dataset(analysis.profile, dataset, manifest_dir=analysis.manifest_dir, progress=False)
-        names = list(_learnable_labels(table, analysis.profile.seeds).attrs["label_names"])
+        names = list(learnable_labels(table, analysis.profile.seeds).attrs["label_names"])
     if len(names) != n_columns:
         raise CrsreproError(f"{dataset}: the stored probabilities have {n_columns} columns, the dataset "
                             f"{len(names)} labels")
@@ -195,28 +194,28 @@ def operating_point_table(analysis) -> pd.DataFrame:
     >>> table = operating_point_table(RunAnalysis.load("demo"))      # doctest: +SKIP
     >>> severity_summary(table)                                      # doctest: +SKIP
     """
-    from crsrepro.data import get_spec
+    from crsrepro.data import get_dataset_spec
     from crsrepro.run.results import ResultStore
 
     store, parts = ResultStore(analysis.profile.output_path), []
     families = analysis.results.groupby("encoder")["family"].first()
     for dataset in analysis.profile.datasets:
-        task = get_spec(dataset).task
+        task = get_dataset_spec(dataset).task
         names = None
         for (encoder, seed), key in full_label_rowsets(analysis, dataset).items():
             cases = store.read_cases(key)
+            val = (cases[case_key("labels", VAL)], cases[case_key("probs", VAL, NO_RECALIBRATION)])
             if names is None:
-                names = _label_names(analysis, dataset, cases[f"probs|{VAL}|{NO_RECALIBRATION}"].shape[1])
+                names = _label_names(analysis, dataset, val[1].shape[1])
             tests, columns = {}, {}
             for name, probs in cases.items():
-                condition = name.split("|")[1]
-                if not name.startswith("probs|") or not name.endswith(f"|{NO_RECALIBRATION}") or condition == VAL:
+                kind, condition, recalibrator = parse_case_key(name)
+                if kind != "probs" or recalibrator != NO_RECALIBRATION or condition == VAL:
                     continue
-                tests[condition] = (cases[f"labels|{condition if is_transfer(condition) else CLEAN}"], probs)
+                tests[condition] = (cases[case_key("labels", condition if is_transfer(condition) else CLEAN)], probs)
                 if is_transfer(condition):
                     columns[condition] = _transfer_columns(dataset, condition, names, probs.shape[1])
-            part = operating_points((cases[f"labels|{VAL}"], cases[f"probs|{VAL}|{NO_RECALIBRATION}"]), tests,
-                                    task=task, label_names=names, columns=columns)
+            part = operating_points(val, tests, task=task, label_names=names, columns=columns)
             parts.append(part.assign(encoder=encoder, family=families[encoder], dataset=dataset, seed=seed))
     return pd.concat(parts, ignore_index=True)[COLUMNS]
 
@@ -224,10 +223,10 @@ def operating_point_table(analysis) -> pd.DataFrame:
 def _severity(condition: str) -> tuple[str, float]:
     """(perturbation, severity) of a condition: ``clean`` is severity 0 of every perturbation, a
     transfer set is its own ``perturbation`` with severity NaN, ``val`` is not a test condition."""
-    if is_perturbation(condition):
-        perturbation, severity = re.fullmatch(r"(.+)@(\d+)", condition).groups()
-        return perturbation, float(severity)
-    return (condition, 0.0) if condition == CLEAN else (condition, float("nan"))
+    parsed = Condition.parse(condition)
+    if parsed.is_perturbation:
+        return parsed.perturbation, float(parsed.severity)
+    return (condition, 0.0) if parsed.is_clean else (condition, float("nan"))
 
 
 def severity_summary(table: pd.DataFrame) -> pd.DataFrame:

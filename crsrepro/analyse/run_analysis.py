@@ -10,11 +10,12 @@ two different numbers for one quantity, and nothing is computed twice.
 >>> analysis = RunAnalysis.load("smoke")          # doctest: +SKIP
 >>> analysis.aggregate.head(3)                     # doctest: +SKIP
 
-:meth:`RunAnalysis.load` reads ``<output_dir>/results.parquet``; it runs the grid only when asked
-(``run=True``, as ``crsrepro book`` does before executing the chapters: after an upgrade of the package,
-that is what brings the table up to date), when the table is missing, or when it was computed for another
-version of the profile (its recorded fingerprint differs). Reading never writes the frame:
-``crsrepro freeze-frame`` does.
+It only *reads* what the stages produced (:mod:`crsrepro.run.stages`): :meth:`RunAnalysis.load` reads
+``<output_dir>/results.parquet``, and :attr:`RunAnalysis.depth` and :attr:`RunAnalysis.lora_results` the
+depth sweep's and the LoRA grid's merged tables. A table that is missing, or that was merged for another
+version of the profile, is an error naming the command that produces it (``crsrepro run``, or ``crsrepro
+book``, which runs every stage before the chapters). Reading never writes the frame either: ``crsrepro
+freeze-frame`` does.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.io import content_key
-from crsrepro.profiles import Profile, load_profile
-from crsrepro.run.results import ResultStore, keys_hash, load_results, runs_table
-from crsrepro.core.schema import is_transfer
-from crsrepro.core.vocab import MEDICAL_FAMILIES
+from crsrepro.core.schema import case_key, is_transfer
+from crsrepro.core.vocab import CLEAN, MEDICAL_FAMILIES, NO_RECALIBRATION
+from crsrepro.profiles import Profile, as_profile
+from crsrepro.run.results import ResultStore, results_hash, runs_table
+from crsrepro.run.stages import read_stage
 
 logger = logging.getLogger(__name__)
 
@@ -52,46 +53,39 @@ class RunAnalysis:
 
     def __init__(self, profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None,
                  rng: int = 0):
-        self.profile = profile if isinstance(profile, Profile) else load_profile(profile)
+        self.profile = as_profile(profile)
         self.results = results
         self.manifest_dir = manifest_dir
         self.rng = rng
 
     @classmethod
-    def load(cls, profile: Profile | str, *, run: bool = False, manifest_dir: Path | None = None,
-             progress: bool = False, rng: int = 0, executor: str = "local") -> "RunAnalysis":
-        """The analysis of ``profile``'s results, running the grid only when needed (see the module docstring)
-        on ``executor`` (default: a process pool over the cores, :mod:`crsrepro.run.executor`)."""
-        from crsrepro.run.grid import run_grid
+    def load(cls, profile: Profile | str, *, manifest_dir: Path | None = None, rng: int = 0) -> "RunAnalysis":
+        """The analysis of ``profile``'s merged results (:func:`crsrepro.run.stages.read_stage` of the grid).
 
-        profile = profile if isinstance(profile, Profile) else load_profile(profile)
-        path = ResultStore(profile.output_path).merged_path
-        results = load_results(profile.output_path) if path.is_file() and not run else None
-        if results is not None and results.attrs.get("profile_fingerprint") != profile.fingerprint():
-            logger.info("%s was computed for another version of profile %s; updating it", path, profile.name)
-            results = None
-        if results is None:
-            results = run_grid(profile, manifest_dir=manifest_dir, progress=progress, executor=executor)
-        return cls(profile, results, manifest_dir=manifest_dir, rng=rng)
+        Raises
+        ------
+        CrsreproError
+            The results are missing, corrupt or were merged for another version of the profile: run
+            ``crsrepro run --profile NAME``.
+        """
+        from crsrepro.run.grid import GridStage
+
+        profile = as_profile(profile)
+        return cls(profile, read_stage(profile, GridStage()), manifest_dir=manifest_dir, rng=rng)
 
     # ------------------------------------------------------------------ the tables
     @cached_property
     def results_hash(self) -> str:
-        """The hash of the results table: :func:`crsrepro.run.results.keys_hash` of its row-sets (a table
-        built by hand, without row-sets, is hashed by its content)."""
-        if self.results.attrs.get("keys_hash"):
-            return self.results.attrs["keys_hash"]
-        if "rowset" in self.results.columns:
-            return keys_hash(self.results["rowset"].unique().tolist())
-        return content_key(rows=pd.util.hash_pandas_object(self.results, index=False).tolist())
+        """The hash of the results table (:func:`crsrepro.run.results.results_hash`)."""
+        return results_hash(self.results)
 
     @cached_property
     def runs(self) -> pd.DataFrame:
-        """One row per run, one column per metric (:func:`crsrepro.run.results.runs_table`), without the
-        transfer conditions that the profile keeps out of robustness (``robustness_transfer``)."""
-        runs = runs_table(self.results)
-        kept = runs["condition"].map(lambda c: not is_transfer(c) or c in self.profile.robustness_transfer)
-        return runs[kept].reset_index(drop=True)
+        """One row per run, one column per metric, without the transfer conditions that the profile keeps
+        out of robustness (:func:`crsrepro.score.frame.scored_runs`)."""
+        from crsrepro.score.frame import scored_runs
+
+        return scored_runs(self.profile, self.results)
 
     @cached_property
     def all_runs(self) -> pd.DataFrame:
@@ -115,8 +109,8 @@ class RunAnalysis:
     # ------------------------------------------------------------------ the frame and the CRS
     @cached_property
     def frame(self):
-        """The profile's frozen reference frame (read only; :func:`crsrepro.run.grid.freeze_frame` writes it)."""
-        from crsrepro.run.grid import reference_frame
+        """The profile's frozen reference frame (read only; :func:`crsrepro.score.frame.freeze_frame` writes it)."""
+        from crsrepro.score.frame import reference_frame
 
         return reference_frame(self.profile, manifest_dir=self.manifest_dir)
 
@@ -161,7 +155,7 @@ class RunAnalysis:
 
     @cached_property
     def seed_variance(self) -> pd.DataFrame:
-        """Per cell, the SD over seeds of each dimension (issue 10: a seed must vary D, C and R)."""
+        """Per cell, the SD over seeds of each dimension (DESIGN.md section 3: a seed must vary D, C and R)."""
         from crsrepro.score.stats import seed_variance
 
         return seed_variance(self.reliability_profiles)
@@ -174,7 +168,7 @@ class RunAnalysis:
 
         return has_seed_variance(self.reliability_profiles)
 
-    def case_probabilities(self, dataset: str, *, condition: str = "clean", recalibrator: str = "none"):
+    def case_probabilities(self, dataset: str, *, condition: str = CLEAN, recalibrator: str = NO_RECALIBRATION):
         """The full-label linear probe's per-case probabilities of every encoder on ``dataset`` under a
         test ``condition``, as stored by the grid (:data:`crsrepro.run.results.CASES_LAYOUT`; the seeds' val
         splits differ in size, so read them with :meth:`crsrepro.run.results.ResultStore.read_cases`).
@@ -190,26 +184,26 @@ class RunAnalysis:
 
         store = ResultStore(self.profile.output_path)
         keys = full_label_rowsets(self, dataset)  # raises when there is no full-label linear probe
-        cases = condition if is_transfer(condition) else "clean"  # the test split (CASES_LAYOUT)
+        cases = condition if is_transfer(condition) else CLEAN  # the test split (CASES_LAYOUT)
         labels, probs = None, {}
         for encoder in sorted(keys.index.get_level_values("encoder").unique()):
             arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
-            labels = arrays[0][f"labels|{cases}"]
-            probs[encoder] = np.stack([a[f"probs|{condition}|{recalibrator}"] for a in arrays])
+            labels = arrays[0][case_key("labels", cases)]
+            probs[encoder] = np.stack([a[case_key("probs", condition, recalibrator)] for a in arrays])
         return labels, probs
 
     @cached_property
     def two_level_bootstrap(self) -> dict:
         """Per dataset, the two-level (seeds x test cases) paired bootstrap of D and C
         (``bootstrap.n_case_resamples`` replicates; on the GPU when ``probe.device`` is one)."""
-        from crsrepro.data import get_spec
+        from crsrepro.data import get_dataset_spec
         from crsrepro.score.stats import two_level_bootstrap
 
         device = self.profile.probe.device
         out = {}
         for dataset in self.profile.datasets:
             labels, probs = self.case_probabilities(dataset)
-            out[dataset] = two_level_bootstrap(labels, probs, task=get_spec(dataset).task,
+            out[dataset] = two_level_bootstrap(labels, probs, task=get_dataset_spec(dataset).task,
                                                n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng,
                                                device=device)
         return out
@@ -256,7 +250,7 @@ class RunAnalysis:
 
     @cached_property
     def probe_conclusions(self) -> pd.DataFrame:
-        """AUROC vs CRS rank agreement under the linear probe and each control (issue 10)."""
+        """AUROC vs CRS rank agreement under the linear probe and each control (DESIGN.md section 7)."""
         from crsrepro.analyse.findings import probe_conclusions
 
         return probe_conclusions(self.runs)
@@ -295,72 +289,32 @@ class RunAnalysis:
     # ------------------------------------------------------------------ layer depth and LoRA (chapters 06, 07)
     @cached_property
     def depth(self) -> pd.DataFrame:
-        """The layer-depth sweep's per-seed profiles (chapter 06; :func:`crsrepro.run.depth.sweep`, keyed and cached)."""
-        from crsrepro.run.depth import sweep
+        """The layer-depth sweep's per-seed profiles (chapter 06; :func:`crsrepro.analyse.depth.depth_profiles`
+        of the rows :class:`crsrepro.run.depth.DepthStage` wrote; read, never computed)."""
+        from crsrepro.analyse.depth import depth_profiles
+        from crsrepro.run.depth import DepthStage
 
-        return sweep(self.profile, manifest_dir=self.manifest_dir)
+        return depth_profiles(read_stage(self.profile, DepthStage()))
 
     @cached_property
     def lora_results(self) -> pd.DataFrame:
-        """The LoRA grid's tidy rows (regime ``lora``; :func:`crsrepro.run.lora.lora_grid`, keyed and cached)."""
-        from crsrepro.run.lora import lora_grid
+        """The LoRA grid's tidy rows (regime ``lora``; written by :class:`crsrepro.run.lora.LoraStage`;
+        read, never trained)."""
+        from crsrepro.run.lora import LoraStage
 
-        return lora_grid(self.profile, manifest_dir=self.manifest_dir)
+        return read_stage(self.profile, LoraStage())
 
     @cached_property
     def lora(self):
-        """Frozen vs LoRA (chapter 07): :func:`crsrepro.run.lora.compare`, both scored with the frozen frame."""
-        from crsrepro.run.lora import compare, lora_profiles
+        """Frozen vs LoRA (chapter 07): :func:`crsrepro.analyse.lora.compare`, both scored with the frozen frame."""
+        from crsrepro.analyse.lora import compare, lora_profiles
 
         return compare(self.reliability_profiles, lora_profiles(self.lora_results), frame=self.frame)
 
-    # ------------------------------------------------------------------ the claims page
-    @cached_property
-    def measurements(self) -> dict:
-        """Every measurement the claims file names that this run supports (:mod:`crsrepro.present.measurements`)."""
-        from crsrepro.present.measurements import measure
-
-        return measure(self)
-
+    # ------------------------------------------------------------------ the sensitivity chapter
     @cached_property
     def multiverse(self) -> pd.DataFrame:
         """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.analyse.sensitivity.multiverse`)."""
         from crsrepro.analyse.sensitivity import multiverse
 
         return multiverse(self, rng=self.rng)
-
-    @cached_property
-    def claims(self) -> pd.DataFrame:
-        """The claims table: the paper's numbers beside this run's (:func:`crsrepro.present.claims.claims_table`),
-        with the multiverse share of the claims that depend on an [ours] choice of the CRS.
-
-        Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim
-        takes minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run
-        from the grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :meth:`claims_key`: the
-        first chapter computes it, the others read it.
-        """
-        from crsrepro.present.claims import claims_table, load_claims
-        from crsrepro.core.io import atomic_write
-        from crsrepro.present.measurements import multiverse_shares
-
-        key = self.claims_key()
-        path = Path(self.profile.output_path) / "claims" / f"{key}.pkl" if key else None
-        if path is not None and path.is_file():
-            return pd.read_pickle(path)
-        table = claims_table(load_claims(), self.measurements, profile_name=self.profile.name,
-                             multiverse=multiverse_shares(self.multiverse))
-        if path is not None:
-            atomic_write(path, lambda f: table.to_pickle(f))
-        return table
-
-    def claims_key(self) -> str | None:
-        """The key of the cached claims table: the row-sets of the results (:attr:`results_hash`), the
-        profile's fingerprint, every file in the manifest folder (frozen frame, splits, the claims ledger),
-        every file of the package and the resampling seed. None for a table built by hand (no row-sets):
-        such a table is never cached."""
-        from crsrepro.core.io import folder_digest, manifest_dir, package_digest
-
-        if "rowset" not in self.results.columns and not self.results.attrs.get("keys_hash"):
-            return None
-        return content_key(results=self.results_hash, profile=self.profile.fingerprint(), rng=self.rng,
-                           manifests=folder_digest(manifest_dir(self.manifest_dir)), package=package_digest())

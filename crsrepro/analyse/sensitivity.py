@@ -1,4 +1,4 @@
-"""How much of the ranking is the protocol? The multiverse of the [ours] choices (issue 15, beyond the paper).
+"""How much of the ranking is the protocol? The multiverse of the [ours] choices (DESIGN.md section 14).
 
 The CRS rests on choices the paper does not publish (DESIGN.md sections 8 and 9): the normalisation
 anchors, the proximity formula, the R_raw aggregate, weak or strict dominance, the multi-label ECE,
@@ -13,24 +13,30 @@ How a combination is scored
 - The raw dimensions are rebuilt once per (R_raw aggregate, multi-label ECE, C budget) from the runs
   table (:func:`crsrepro.score.dimensions.reliability_profiles`); no probe is refitted and no feature is
   extracted. The multi-label ECE only changes the multi-label datasets (CheXpert).
-- ``anchors: fixed`` normalises with the frozen frame's anchors and scores against the frame's
-  frozen peer profiles, as the book's CRS does; when the raw dimensions are not the default ones
-  the peers are the run's own profiles normalised with the frame's anchors (a frame re-frozen from
-  them). ``minmax`` and ``zscore`` re-normalise against the current panel, dataset by dataset, and
-  count dominance within it: they are *cohort-style* scores (the paper's insertion experiment shows
-  what that costs), offered as alternatives, not as a recommendation.
+- Every combination is scored by the CRS's own code, :mod:`crsrepro.score.crs`, with its [ours]
+  choices as arguments; nothing of the score is re-implemented here.
+- ``anchors: fixed`` normalises with the frozen frame's anchors (:func:`crsrepro.score.crs.normalise`)
+  and scores against the frame's frozen peer profiles, as the book's CRS does; when the raw
+  dimensions are not the default ones the peers are the run's own profiles normalised with the
+  frame's anchors (a frame re-frozen from them). ``minmax`` and ``zscore`` re-normalise against the
+  current panel, dataset by dataset (:func:`crsrepro.score.crs.cohort_normalise`), and count
+  dominance within it (``peers="panel"`` of :func:`crsrepro.score.crs.score_by_dataset`): they are
+  *cohort-style* scores (the paper's insertion experiment shows what that costs), offered as
+  alternatives, not as a recommendation.
 - Every level of every other choice is an array axis: one pass computes all combinations at once
-  (numpy broadcasting over combinations, cells, peers and replicates).
+  (numpy broadcasting over combinations, replicates, cells and peers).
 - The combination of first levels reproduces ``analysis.scores["crs"]`` and
-  ``analysis.aggregate["crs"]`` bit for bit (``tests/test_sensitivity.py``): the same operations in
-  the same order, and the encoder means use pandas' compensated summation (:func:`_kahan_mean`).
+  ``analysis.aggregate["crs"]`` bit for bit (``tests/test_sensitivity.py``): the same functions, and
+  the encoder means of :func:`crsrepro.score.crs.aggregate_crs` (:func:`crsrepro.score.crs.encoder_means`).
 - ``P(rank 1)`` comes from a seed bootstrap inside each combination: ``n_resamples`` (default 200
   **[ours]**, cheap and enough for a share to 0.05) draws of the seeds with replacement, shared by
   every combination (common random numbers, so differences between combinations are not draw noise),
   each replicate scored against its own resampled peers as in :func:`crsrepro.score.stats.seed_paired_bootstrap`.
 - The external-validity rho is :func:`crsrepro.analyse.findings.external_validity` under each combination:
   the profiles are rebuilt without the transfer drop, scored against the panel itself, and the
-  encoders' aggregate CRS is compared (Spearman) with their transfer AUROC.
+  encoders' aggregate CRS is compared (Spearman) with their transfer AUROC. Kendall tau, the reversed
+  pairs and Spearman rho come from :func:`crsrepro.score.stats.rank_correlations`, the core of
+  :func:`crsrepro.score.stats.rank_agreement`.
 
 Examples
 --------
@@ -50,15 +56,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
-from scipy.special import ndtr
-from scipy.stats import rankdata
 
-from crsrepro.score.crs import DEFAULT_ANCHORS, DIMENSIONS, cell_means, normalise
-from crsrepro.data import get_spec
-from crsrepro.score.dimensions import ProfileTableError, reliability_profiles
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import robustness_raw
-from crsrepro.score.stats import _as_generator, _per_seed_array, _seed_weights
+from crsrepro.data import get_dataset_spec
+from crsrepro.score.crs import (COHORT_NORMALISATIONS, COMPONENTS, DIMENSIONS, DOMINANCE, PROXIMITY, cell_means,
+                                cohort_normalise, encoder_means, normalise, proximity_to_ideal, score_by_dataset,
+                                weighted_crs)
+from crsrepro.score.dimensions import ProfileTableError, reliability_profiles
+from crsrepro.score.stats import as_generator, per_seed_array, rank_correlations, seed_weights
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +72,15 @@ SPACE_PATH = Path(__file__).parent / "sensitivity_space.yaml"
 """The shipped sensitivity space."""
 
 LEVELS = {
-    "anchors": ("fixed", "minmax", "zscore"),
-    "proximity": ("l2", "l1", "chebyshev"),
+    "anchors": ("fixed", *COHORT_NORMALISATIONS),
+    "proximity": PROXIMITY,
     "robustness": ("mean_max", "mean", "worst"),
-    "dominance": ("weak", "strict"),
+    "dominance": DOMINANCE,
     "multilabel_ece": ("top_label", "classwise"),
     "c_budget": ("nested_val", "full_val"),
 }
-"""Every level a choice may take; the first is the package's own (documented in the space file)."""
+"""Every level a choice may take; the first is the package's own (documented in the space file). The
+normalisations, proximities and dominances are those :mod:`crsrepro.score.crs` implements."""
 CHOICES = ("anchors", "proximity", "robustness", "dominance", "multilabel_ece", "weights", "c_budget")
 """The choices of the space, in the order of the table's columns."""
 ROBUSTNESS = {"mean_max": robustness_raw,
@@ -207,127 +214,53 @@ def _variant_profiles(runs, robustness: str, ece: str, *, include_transfer: bool
     profiles = reliability_profiles(runs, include_transfer=include_transfer, robustness=ROBUSTNESS[robustness])
     if ece != "top_label":
         other = reliability_profiles(runs, include_transfer=include_transfer, ece_metric=ECE_METRIC[ece])
-        multilabel = profiles["dataset"].map(lambda d: get_spec(d).task == "multilabel").to_numpy()
+        multilabel = profiles["dataset"].map(lambda d: get_dataset_spec(d).task == "multilabel").to_numpy()
         profiles = profiles.assign(ece=np.where(multilabel, other["ece"].to_numpy(), profiles["ece"].to_numpy()))
     return profiles
 
 
-# --------------------------------------------------------------------------- normalising and scoring
+# --------------------------------------------------------------------------- scoring every level at once
 
-def _panel_normalise(raw: np.ndarray, datasets: np.ndarray, level: str) -> np.ndarray:
-    """Normalise ``raw`` (..., cells, R, 4) against the panel of each dataset (axis -3), replicate by replicate.
+def _normalise_all(raw: np.ndarray, datasets: np.ndarray, anchors, frame) -> np.ndarray:
+    """``raw`` (V, R, cells, 4) normalised under every anchors level: (V, A, R, cells, 4)."""
+    return np.stack([normalise(raw, frame.anchors) if a == "fixed" else cohort_normalise(raw, datasets, a)
+                     for a in anchors], axis=1)
 
-    ``minmax``: ``(x - worst) / (best - worst)``; ``zscore``: the standard normal CDF of
-    ``(x - mean) / sd`` (population SD), sign flipped for the lower-is-better ECE. A constant
-    dimension maps to 1 (as :func:`crsrepro.score.crs.crs_scores` in cohort mode).
+
+def _components(p: np.ndarray, cells: pd.DataFrame, space: Space, frozen=None) -> dict:
+    """The components of every cell of ``p`` (..., cells, 4) under every level of the space:
+    ``{dominance level: pareto, proximity level: proximity, "worst": worst}``, arrays (..., cells).
+
+    Every cell is compared with the panel's other encoders on its dataset, replicate by replicate
+    (:func:`crsrepro.score.crs.score_by_dataset`, ``peers="panel"``); ``frozen`` optionally gives
+    ``(index, frame)``: the cells of ``p[index]`` (one replicate) are scored against the frame's frozen
+    reference profiles instead, as the book's CRS is.
     """
-    sign = np.array([1.0 if DEFAULT_ANCHORS[d][1] > DEFAULT_ANCHORS[d][0] else -1.0 for d in DIMENSIONS])
-    x = raw * sign
-    p = np.ones_like(raw)
-    for dataset in np.unique(datasets):
-        rows = datasets == dataset
-        xd = x[..., rows, :, :]
-        if level == "minmax":
-            low, span = xd.min(-3, keepdims=True), np.ptp(xd, axis=-3, keepdims=True)
-            p[..., rows, :, :] = np.divide(xd - low, span, out=np.ones_like(xd), where=span > 0)
-        else:
-            sd = xd.std(-3, keepdims=True)
-            z = np.divide(xd - xd.mean(-3, keepdims=True), sd, out=np.full_like(xd, np.inf), where=sd > 0)
-            p[..., rows, :, :] = ndtr(z)
-    return p
-
-
-def _components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray) -> dict:
-    """Pareto share (weak, strict), proximity (l2, l1, chebyshev) and worst of ``p`` against ``reference``.
-
-    ``p`` is (..., n, R, 4), ``reference`` (..., m, R, 4) and ``peers`` a bool (n, m) mask. The
-    default levels repeat the operations of :func:`crsrepro.score.crs.crs_components` exactly.
-    """
-    ahead = p[..., :, None, :, :] >= reference[..., None, :, :, :]  # (..., n, m, R, 4)
-    strictly = p[..., :, None, :, :] > reference[..., None, :, :, :]
-    mask = peers[:, :, None]
-    n_peers = mask.sum(-2)
-    if np.any(n_peers == 0):
-        raise SensitivityError("a cell has no peer on its dataset (the panel needs at least two encoders per dataset)")
-    gap = 1.0 - p
-    return {
-        "weak": (ahead.all(-1) & strictly.any(-1) & mask).sum(-2) / n_peers,
-        "strict": (strictly.all(-1) & mask).sum(-2) / n_peers,
-        "l2": 1.0 - np.sqrt((gap ** 2).sum(-1)) / 2.0,
-        "l1": 1.0 - gap.sum(-1) / 4.0,
-        "chebyshev": 1.0 - gap.max(-1),
-        "worst": p.min(-1),
-    }
-
-
-def _cell_components(p: np.ndarray, cells: pd.DataFrame, frozen=None) -> dict:
-    """The components of every cell (:func:`_components`), arrays (..., cells, R) from ``p`` (..., cells, R, 4).
-
-    Every cell is compared with the panel's other encoders on its dataset; ``frozen`` optionally
-    gives ``(index, frame)``: the cells of ``p[index]`` (R = 1) are scored against the frame's
-    frozen reference profiles instead.
-    """
-    encoders, datasets = cells["encoder"].to_numpy(), cells["dataset"].to_numpy()
-    out = {}
-    for dataset in np.unique(datasets):
-        rows = np.flatnonzero(datasets == dataset)
-        parts = _components(p[..., rows, :, :], p[..., rows, :, :], encoders[rows, None] != encoders[None, rows])
+    parts = {}
+    for level in space.levels["dominance"]:
+        scored = score_by_dataset(cells, p, peers="panel", dominance=level)
         if frozen is not None:
             index, frame = frozen
-            ref_encoders, reference = frame.reference_for(dataset)
-            frozen_parts = _components(p[index][rows], reference[:, None, :],
-                                       encoders[rows, None] != ref_encoders[None, :])
-        for k, values in parts.items():
-            out.setdefault(k, np.empty(p.shape[:-1]))[..., rows, :] = values
-            if frozen is not None:
-                out[k][index][rows] = frozen_parts[k]
-    return out
+            scored["pareto"][index] = score_by_dataset(cells, p[index], frame, dominance=level)["pareto"]
+        parts[level], parts["worst"] = scored["pareto"], scored["worst"]
+    for level in space.levels["proximity"]:
+        parts[level] = proximity_to_ideal(p, level)
+    return parts
 
 
 def _crs(parts: dict, space: Space) -> np.ndarray:
-    """CRS = w_pareto pareto + w_proximity proximity + w_worst worst for every level and weight:
-    array (dominance, proximity, weights, *shape of the parts)."""
+    """The CRS (:func:`crsrepro.score.crs.weighted_crs`) for every dominance level, proximity level and
+    weight of the space: array (dominance, proximity, weights, *shape of the parts)."""
     worst = parts["worst"]
     pareto = np.stack([parts[k] for k in space.levels["dominance"]])[:, None, None]
     proximity = np.stack([parts[k] for k in space.levels["proximity"]])[None, :, None]
     w = np.array(space.weights).T.reshape((3, 1, 1, len(space.weights)) + (1,) * worst.ndim)
-    return w[0] * pareto + w[1] * proximity + w[2] * worst
+    return weighted_crs({"pareto": pareto, "proximity": proximity, "worst": worst}, dict(zip(COMPONENTS, w)))
 
 
 def _choices_first(values: np.ndarray) -> np.ndarray:
     """(D, P, K, V, A, ...) -> (V, A, D, P, K, ...): the axes in the order of the table's loop."""
     return np.moveaxis(values, (0, 1, 2), (2, 3, 4))
-
-
-def _kahan_mean(values: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
-    """Group means over the cell axis (-1) with pandas' compensated summation, so the default
-    combination's encoder means equal ``analysis.aggregate`` (a ``groupby().mean()``) bit for bit."""
-    total = np.zeros(values.shape[:-1] + (n_groups,))
-    compensation = np.zeros_like(total)
-    for i, g in enumerate(groups):
-        y = values[..., i] - compensation[..., g]
-        t = total[..., g] + y
-        compensation[..., g] = (t - total[..., g]) - y
-        total[..., g] = t
-    return total / np.bincount(groups, minlength=n_groups)
-
-
-def _kendall(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kendall tau-b and the reversed pairs of the rows of ``y`` (..., n) against ``x`` (n,), as
-    :func:`crsrepro.score.stats.rank_agreement`."""
-    i, j = np.triu_indices(x.shape[-1], k=1)
-    sx, sy = np.sign(x[i] - x[j]), np.sign(y[..., i] - y[..., j])
-    concordant, discordant = (sx * sy > 0).sum(-1), (sx * sy < 0).sum(-1)
-    untied = np.sqrt((sx != 0).sum() * (sy != 0).sum(-1))
-    tau = np.divide(concordant - discordant, untied, out=np.full(untied.shape, np.nan), where=untied > 0)
-    return tau, discordant
-
-
-def _spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman rho of the rows of ``x`` (..., n) with ``y`` (n,): Pearson of the average ranks."""
-    rx, ry = rankdata(x, axis=-1), rankdata(y)
-    rx, ry = rx - rx.mean(-1, keepdims=True), ry - ry.mean()
-    return (rx * ry).sum(-1) / np.sqrt((rx ** 2).sum(-1) * (ry ** 2).sum())
 
 
 # --------------------------------------------------------------------------- the multiverse
@@ -383,35 +316,34 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
         return _variant_profiles(budgets[variant[0]], variant[1], variant[2], include_transfer=include_transfer)
 
     per_seed = [profiles_of(v, True) for v in variants]
-    cells, seeds, _ = _per_seed_array(per_seed[0])
+    cells, seeds, _ = per_seed_array(per_seed[0])
     tables = [cell_means(t) for t in per_seed]
     if any(not t[["encoder", "dataset"]].equals(cells) for t in tables):
         raise SensitivityError("the variants of the reliability profiles cover different cells")
     means = np.stack([t[list(DIMENSIONS)].to_numpy(float) for t in tables])             # (V, cells, 4)
-    seed_values = np.stack([_per_seed_array(t)[2] for t in per_seed])                   # (V, cells, S, 4)
-    draws = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
-    raw = np.concatenate([means[:, :, None], np.einsum("bs,vcsk->vcbk", draws, seed_values)], axis=2)
+    seed_values = np.stack([per_seed_array(t)[2] for t in per_seed])                    # (V, cells, S, 4)
+    draws = seed_weights(as_generator(rng), n_resamples, len(seeds))
+    # replicate 0 is the point estimate (the seed means), replicates 1..B the seed draws: (V, R, cells, 4)
+    raw = np.concatenate([means[:, None], np.einsum("bs,vcsk->vbck", draws, seed_values)], axis=1)
     anchors = space.levels["anchors"]
-    p = _normalise_all(raw, cells, anchors, analysis.frame)                               # (V, A, cells, R, 4)
+    p = _normalise_all(raw, cells["dataset"].to_numpy(), anchors, analysis.frame)         # (V, A, R, cells, 4)
     frozen = None
     if default_variant in variants:  # the book's CRS: the frame's anchors and its frozen peers
-        frozen = ((variants.index(default_variant), 0, slice(None), slice(0, 1)), analysis.frame)
-    parts = _cell_components(p, cells, frozen=frozen)                                     # each (V, A, cells, R)
+        frozen = ((variants.index(default_variant), 0, 0), analysis.frame)
+    parts = _components(p, cells, space, frozen=frozen)                                   # each (V, A, R, cells)
 
-    encoders = np.sort(cells["encoder"].unique())
-    group = np.searchsorted(encoders, cells["encoder"].to_numpy())
-    point_cells = _choices_first(_crs({k: v[..., 0] for k, v in parts.items()}, space))    # (V, A, D, P, K, cells)
-    aggregate = _kahan_mean(point_cells, group, len(encoders))                            # (V, A, D, P, K, E)
-    by_encoder = {k: _kahan_mean(np.moveaxis(v[..., 1:], -1, -2), group, len(encoders)) for k, v in parts.items()}
+    encoders, auroc = encoder_means(means[..., 0], cells["encoder"])                    # (V, E)
+    point_cells = _choices_first(_crs({k: v[..., 0, :] for k, v in parts.items()}, space))  # (V, A, D, P, K, cells)
+    aggregate = encoder_means(point_cells, cells["encoder"])[1]                          # (V, A, D, P, K, E)
+    by_encoder = {k: encoder_means(v[..., 1:, :], cells["encoder"])[1] for k, v in parts.items()}  # (V, A, B, E)
     leaders = _crs(by_encoder, space).argmax(-1)                                          # (D, P, K, V, A, B)
     p_rank1 = _choices_first((leaders[..., None] == np.arange(len(encoders))).mean(-2))    # (V, A, D, P, K, E)
-    auroc = _kahan_mean(means[..., 0], group, len(encoders))                             # (V, E)
+    tau, _, reversed_pairs = rank_correlations(auroc[:, None, None, None, None], aggregate)  # (V, A, D, P, K)
     rho_crs, rho_auroc = _external_validity(analysis, space, variants, budgets, profiles_of, notes)
 
     rows = []
     for index in np.ndindex(aggregate.shape[:-1]):
         v, a, d, q, k = index
-        tau, reversed_pairs = _kendall(auroc[v], aggregate[index])
         order = np.lexsort((encoders, -aggregate[index]))
         ranking = tuple(encoders[order])
         budget, robustness, ece = variants[v]
@@ -421,7 +353,7 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
                      "is_default": variants[v] == default_variant and a == d == q == k == 0,
                      "ranking": ranking, "leader": ranking[0], "top3": tuple(sorted(ranking[:3])),
                      "auroc_ranking": tuple(encoders[np.lexsort((encoders, -auroc[v]))]),
-                     "kendall_tau": float(tau), "reversed_pairs": int(reversed_pairs),
+                     "kendall_tau": float(tau[index]), "reversed_pairs": int(reversed_pairs[index]),
                      "p_rank1_leader": float(p_rank1[index][order[0]]),
                      "p_rank1_top": ", ".join(f"{e} {p_rank1[index][i]:.2f}" for e, i in zip(ranking[:3], order[:3])),
                      "rho_crs": float(rho_crs[index]), "rho_auroc": float(rho_auroc[v])})
@@ -434,13 +366,6 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
     logger.info("multiverse: %d combinations of %d declared, %d cells, %d replicates each",
                 len(table), space.size, len(cells), n_resamples)
     return table
-
-
-def _normalise_all(raw: np.ndarray, cells: pd.DataFrame, anchors, frame) -> np.ndarray:
-    """``raw`` (V, cells, R, 4) normalised under every anchors level: (V, A, cells, R, 4)."""
-    datasets = cells["dataset"].to_numpy()
-    return np.stack([normalise(raw, frame.anchors) if a == "fixed" else _panel_normalise(raw, datasets, a)
-                     for a in anchors], axis=1)
 
 
 def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
@@ -459,12 +384,12 @@ def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
     for i, variant in enumerate(variants):
         table = reference[variant[0]].table
         cells = cell_means(profiles_of(variant, False))
-        raw = cells[list(DIMENSIONS)].to_numpy(float)[None, :, None, :]
-        p = _normalise_all(raw, cells, space.levels["anchors"], analysis.frame)[0]          # (A, cells, 1, 4)
-        crs = _choices_first(_crs({k: v[..., 0] for k, v in _cell_components(p, cells).items()}, space)[:, :, :, None])
-        names = np.sort(cells["encoder"].unique())
-        mean = _kahan_mean(crs[0], np.searchsorted(names, cells["encoder"].to_numpy()), len(names))
-        rho_crs[i] = _spearman(mean[..., np.searchsorted(names, table.index.to_numpy())], table["target_auroc"].to_numpy())
+        raw = cells[list(DIMENSIONS)].to_numpy(float)[None, None]                          # (1, 1, cells, 4)
+        p = _normalise_all(raw, cells["dataset"].to_numpy(), space.levels["anchors"], analysis.frame)[0, :, 0]
+        crs = np.moveaxis(_crs(_components(p, cells, space), space), 3, 0)                  # (A, D, P, K, cells)
+        names, mean = encoder_means(crs, cells["encoder"])
+        rho_crs[i] = rank_correlations(mean[..., np.searchsorted(names, table.index.to_numpy())],
+                                       table["target_auroc"].to_numpy())[1]
         rho_auroc[i] = reference[variant[0]].rho_source_auroc
     return rho_crs, rho_auroc
 

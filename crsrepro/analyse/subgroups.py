@@ -1,4 +1,4 @@
-"""Subgroups: the full-label probe's AUROC and ECE per patient subgroup (issue 16; beyond the paper).
+"""Subgroups: the full-label probe's AUROC and ECE per patient subgroup (DESIGN.md section 14; beyond the paper).
 
 The paper reports no subgroup results. This module scores the stored per-case test probabilities of
 the full-label linear probe (:data:`crsrepro.run.results.CASES_LAYOUT`) on the test cases of each
@@ -41,6 +41,8 @@ import pandas as pd
 
 from crsrepro.data.common import UNKNOWN, age_group_names
 from crsrepro.core.errors import CrsreproError
+from crsrepro.core.schema import case_key
+from crsrepro.core.vocab import CLEAN
 from crsrepro.core.metrics import expected_calibration_error, per_class_auroc
 
 logger = logging.getLogger(__name__)
@@ -153,7 +155,7 @@ def case_groups(analysis, dataset: str, attributes) -> pd.DataFrame:
     from crsrepro.run.results import ResultStore
 
     key = full_label_rowsets(analysis, dataset).iloc[0]  # every row-set holds the same test split
-    ids = ResultStore(analysis.profile.output_path).read_cases(key)["image_id|clean"]
+    ids = ResultStore(analysis.profile.output_path).read_cases(key)[case_key("image_id", CLEAN)]
     table = prepare_dataset(analysis.profile, dataset, manifest_dir=analysis.manifest_dir, progress=False)
     present = [a for a in attributes if a in table.columns]
     if len(present) < len(attributes):
@@ -190,7 +192,7 @@ def subgroup_table(analysis, *, attributes=ATTRIBUTES, n_resamples: int = 1000, 
     >>> analysis = RunAnalysis.load("demo")            # doctest: +SKIP
     >>> subgroup_table(analysis).query("attribute == 'sex'")  # doctest: +SKIP
     """
-    from crsrepro.data import get_spec
+    from crsrepro.data import get_dataset_spec
 
     parts, skipped = [], []
     for dataset in analysis.profile.datasets:
@@ -198,7 +200,7 @@ def subgroup_table(analysis, *, attributes=ATTRIBUTES, n_resamples: int = 1000, 
         if groups.columns.empty:
             continue
         labels, probs = analysis.case_probabilities(dataset)
-        part = subgroup_metrics(labels, probs, groups, task=get_spec(dataset).task, n_resamples=n_resamples,
+        part = subgroup_metrics(labels, probs, groups, task=get_dataset_spec(dataset).task, n_resamples=n_resamples,
                                 min_cases=min_cases, level=level, rng=analysis.rng,
                                 device=analysis.profile.probe.device)
         parts.append(part.assign(dataset=dataset))

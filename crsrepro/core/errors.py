@@ -22,6 +22,12 @@ class MissingWeightsError(CrsreproError, FileNotFoundError):
     """An encoder's weights are not where we looked (names the places and the expected file)."""
 
 
+class WrongWeightsError(CrsreproError, ValueError):
+    """An encoder's weights are there but are not the released ones: the checkpoint cannot be read
+    safely, its MD5 or SHA-256 differs from the release's, or it does not fit the architecture (names
+    the file and what differs)."""
+
+
 class UnknownEncoderError(CrsreproError, KeyError):
     """An encoder id is not in the registry."""
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import rankdata
 
-logger = logging.getLogger(__name__)
+from crsrepro.core.vocab import TASKS
 
-TASKS = ("multiclass", "multilabel")
+logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -13,6 +13,8 @@ PAPER_DATASETS = ("isic2019", "aptos2019", "chexpert", "mimic_cxr")
 EXTRA_DATASETS = ("isic2017", "kermany_cxr", "nih_cxr14")
 DATASET_IDS = PAPER_DATASETS + EXTRA_DATASETS
 
+#: How a dataset's labels are scored (:mod:`crsrepro.core.metrics`): one class per image, or several
+#: 0/1 labels with NaN for a masked one.
 TASKS = ("multiclass", "multilabel")
 
 #: What a loader does with a listed image that is not on disk: ``all`` (strict: an error naming the
@@ -30,7 +32,9 @@ CLEAN = "clean"
 #: The primary probe and the two controls (DESIGN.md section 7).
 LINEAR = "linear"
 CONTROL_PROBES = ("mlp", "knn")
-PROBES = (LINEAR,) + CONTROL_PROBES
+#: The linear probe's solvers (a profile's ``probe.backend``): the batched L-BFGS in torch and scikit-learn's
+#: reference (:mod:`crsrepro.fit.lbfgs`).
+PROBE_BACKENDS = ("torch", "sklearn")
 
 #: The four post-hoc recalibrators (DESIGN.md section 8); ``none`` marks the uncalibrated rows.
 NO_RECALIBRATION = "none"

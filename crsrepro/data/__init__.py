@@ -1,6 +1,6 @@
 """The data layer: real loaders for the paper's datasets and three more public ones (DESIGN.md section 3).
 
-The paper's four: ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR. Beyond the paper (issue 12): ISIC
+The paper's four: ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR. Beyond the paper (DESIGN.md section 3): ISIC
 2017 (:mod:`~crsrepro.data.isic2017`), NIH ChestX-ray14 (:mod:`~crsrepro.data.nih_cxr14`, a second
 real hospital for CheXpert probes, through :mod:`~crsrepro.data.label_maps`) and Kermany's paediatric
 chest radiographs (:mod:`~crsrepro.data.kermany_cxr`).
@@ -36,12 +36,10 @@ import pandas as pd
 from PIL import Image, UnidentifiedImageError
 
 from crsrepro.data import aptos2019, chexpert, isic2017, isic2019, kermany_cxr, mimic_cxr, nih_cxr14
-from crsrepro.data.common import IMAGE_POLICIES
 from crsrepro.core.errors import DataError
+from crsrepro.core.vocab import IMAGE_POLICIES
 
 logger = logging.getLogger(__name__)
-
-TASKS = ("multiclass", "multilabel")
 
 
 @dataclass(frozen=True)
@@ -87,7 +85,7 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-def get_spec(name: str) -> DatasetSpec:
+def get_dataset_spec(name: str) -> DatasetSpec:
     """The :class:`DatasetSpec` of ``name``; an unknown name raises a ValueError listing the known ones."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r} (known: {', '.join(DATASETS)})")
@@ -133,7 +131,7 @@ def load_dataset(name: str, root, *, u_policy: str = "ignore", images: str = "al
         A file or column is missing, a label value is unknown, an image file is missing, or nothing is
         left after filtering. The message names the file and the line.
     """
-    spec = get_spec(name)
+    spec = get_dataset_spec(name)
     unknown = sorted(set(options) - set(spec.options))
     if unknown:
         raise ValueError(f"dataset {name} has no option {', '.join(unknown)} (its options: {', '.join(spec.options) or 'none'})")
@@ -223,7 +221,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
     from crsrepro.data.demo_world import ensure_demo_world
     from crsrepro.data.manifests import load_or_create_manifest
 
-    spec = get_spec(name)
+    spec = get_dataset_spec(name)
     ensure_demo_world(profile, progress=progress)
     df = load_dataset(name, profile.dataset_root(name), u_policy=profile.data.u_policy, images=profile.data.images)
     if name in profile.data.subsample:
@@ -231,7 +229,7 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
     attrs = dict(df.attrs)
     if spec.trainable:
         from crsrepro.core.io import manifest_dir as default_manifest_dir
-        manifest = load_or_create_manifest(df, dataset=name, profile_name=profile.name,
+        manifest = load_or_create_manifest(df, dataset=name, manifests_name=profile.manifests.name,
                                            manifest_dir=default_manifest_dir(manifest_dir),
                                            seed=profile.data.split_seed, run_seeds=profile.seeds)
         df = df.merge(manifest.drop(columns="group"), on="image_id", how="left", validate="one_to_one")

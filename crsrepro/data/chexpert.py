@@ -12,7 +12,7 @@ column is relative to ``<root>``. train.csv and valid.csv are merged and their o
 ``source_split`` (``train`` / ``valid``). Lateral views are left out on purpose [ours: the paper's
 191,229 images equal the frontal train + valid images] and counted in the log. A blank label is 0;
 an uncertain -1 follows ``u_policy``. The group is the patient id taken from the path (``patient00001``).
-The subgroup columns (issue 16) are ``sex`` (``Sex``), ``age_group`` (``Age``, binned by
+The subgroup columns (DESIGN.md section 14) are ``sex`` (``Sex``), ``age_group`` (``Age``, binned by
 :func:`~crsrepro.data.common.age_groups`) and ``view`` (``AP/PA``); a csv without ``Sex`` or ``Age``
 gives ``unknown`` (logged).
 """

@@ -6,7 +6,6 @@ line 1) so that a user can open the file and fix it (DESIGN.md section 3, "Bad i
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 from pathlib import Path
@@ -15,12 +14,10 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.core.errors import DataError
-from crsrepro.core.vocab import IMAGE_POLICIES
+from crsrepro.core.io import sha256_file
+from crsrepro.core.vocab import IMAGE_POLICIES, U_POLICIES
 
 logger = logging.getLogger(__name__)
-
-U_POLICIES = ("ignore", "ones", "zeros")
-# What a loader does with a listed image whose file is absent (see :func:`select_images`).
 
 # CheXpert's 14 labels in the order of the columns of CheXpert's train.csv; MIMIC-CXR uses the same
 # names (in alphabetical order in its own csv, reordered to this order by the MIMIC loader).
@@ -124,15 +121,6 @@ def select_images(paths: pd.Series, *, csv_path: Path, images: str = "all", rows
     return exists
 
 
-def file_sha256(path) -> str:
-    """The SHA-256 of a file's bytes."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def drop_byte_duplicates(df: pd.DataFrame, *, what: str) -> pd.DataFrame:
     """Keep one row per distinct image file content (SHA-256 of the bytes), the first in ``df``'s order.
 
@@ -141,7 +129,7 @@ def drop_byte_duplicates(df: pd.DataFrame, *, what: str) -> pd.DataFrame:
     ``attrs["duplicates"]`` maps each dropped image_id to the kept one. Copies with different labels
     raise a DataError naming both files (no rule can choose between them).
     """
-    digest = pd.Series([file_sha256(p) for p in df["path"]], index=df.index)
+    digest = pd.Series([sha256_file(p) for p in df["path"]], index=df.index)
     first = df.groupby(digest, sort=False)["image_id"].transform("first")
     first_label = df.groupby(digest, sort=False)["label"].transform("first")
     conflict = np.flatnonzero(df["label"].to_numpy() != first_label.to_numpy())
@@ -163,7 +151,7 @@ def log_filtered(path: Path, n_removed: int, n_total: int, reason: str) -> None:
     logger.info("%s: left out %d of %d rows: %s", path, n_removed, n_total, reason)
 
 
-# --------------------------------------------------------------------------- subgroup metadata (issue 16)
+# --------------------------------------------------------------------------- subgroup metadata (DESIGN.md section 14)
 
 UNKNOWN = "unknown"
 """The value of a subgroup column where the release gives none (blank, unrecognised, or no such column)."""
@@ -201,7 +189,7 @@ def age_groups(age, *, bins=AGE_BINS) -> np.ndarray:
 
 def subgroup_columns(raw: pd.DataFrame, path: Path, *, sex: str | None = None, age: str | None = None,
                      site: str | None = None, view: str | None = None) -> dict[str, np.ndarray]:
-    """The subgroup columns of a release csv, one row per row of ``raw`` (issue 16, beyond the paper).
+    """The subgroup columns of a release csv, one row per row of ``raw`` (beyond the paper, DESIGN.md section 14).
 
     Each keyword names the release's column for that attribute (e.g. ``sex="Sex", age="Age"`` for
     CheXpert). The result maps ``sex`` (``male`` / ``female``), ``age_group`` (:func:`age_groups` of

@@ -1,4 +1,4 @@
-"""The demo world: synthetic look-alikes of ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR (issue 3, DESIGN.md 2-3).
+"""The demo world: synthetic look-alikes of ISIC 2019, APTOS 2019, CheXpert and MIMIC-CXR (DESIGN.md sections 2-3).
 
 :func:`generate_demo_world` writes all four datasets into ``<root>/<dataset id>/`` **in each real
 release's on-disk layout** (csvs, including MIMIC's ``.csv.gz``; jpg/png files), so that the very
@@ -27,7 +27,7 @@ decently but not perfectly.
   curve, more noise and blur, a smaller field scale, collimation borders and other markers, so the
   transfer drop is real.
 
-Patient metadata, in the releases' own columns and vocabulary (issue 16): ISIC 2019's
+Patient metadata, in the releases' own columns and vocabulary (DESIGN.md section 14): ISIC 2019's
 ``ISIC_2019_Training_Metadata.csv`` has ``age_approx`` (5-year steps, some blank), ``anatom_site_general``
 and ``sex`` (``male`` / ``female`` / blank), drawn per lesion with the release's shares; CheXpert's csvs
 have ``Sex`` (``Male`` / ``Female``) and ``Age`` (18-90), drawn per patient. MIMIC-CXR-JPG has no

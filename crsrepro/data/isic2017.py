@@ -1,4 +1,4 @@
-"""ISIC 2017 Part 3: melanoma, seborrheic keratosis and nevus in dermoscopic images (beyond the paper, issue 12).
+"""ISIC 2017 Part 3: melanoma, seborrheic keratosis and nevus in dermoscopic images (beyond the paper, DESIGN.md 3).
 
 Release layout read here (the ISIC 2017 challenge downloads, Part 3, unpacked side by side)::
 
@@ -8,7 +8,7 @@ Release layout read here (the ISIC 2017 challenge downloads, Part 3, unpacked si
     ... the same for ISIC-2017_Validation and ISIC-2017_Test_v2
 
 A metadata csv may also sit inside its ``*_Data`` folder (as in the challenge zips); where a split has
-none, its age and sex are unknown (logged). The subgroup columns (issue 16) are ``sex`` and
+none, its age and sex are unknown (logged). The subgroup columns (DESIGN.md section 14) are ``sex`` and
 ``age_group`` (from ``age_approximate``, :func:`~crsrepro.data.common.age_groups`); ISIC 2017 has no
 anatomic site and no skin-tone labels. The two ground-truth columns are one-hot or both 0:
 neither is a nevus, so there are three classes (:data:`LABEL_NAMES`). The three official splits are

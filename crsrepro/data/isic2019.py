@@ -11,7 +11,7 @@ label is UNK, or that is not exactly one-hot over the eight classes, is an error
 ``_downsampled``; they are ordinary ids. The group is the lesion id, so that images of one lesion stay
 in one split; where the lesion id is blank, the group is the image's own id.
 
-The subgroup columns (issue 16) come from the metadata csv: ``sex``, ``age_group`` (from
+The subgroup columns (DESIGN.md section 14) come from the metadata csv: ``sex``, ``age_group`` (from
 ``age_approx``, :func:`~crsrepro.data.common.age_groups`) and ``site`` (``anatom_site_general``);
 blanks, and columns the csv lacks, are ``unknown`` (counted in the log). ISIC 2019 has no skin-tone
 (Fitzpatrick) labels, so the subgroup question that matters most for dermoscopy cannot be asked of it.

@@ -1,4 +1,4 @@
-"""Kermany et al. paediatric chest radiographs: normal, bacterial and viral pneumonia (beyond the paper, issue 12).
+"""Kermany et al. paediatric chest radiographs: normal, bacterial and viral pneumonia (beyond the paper, DESIGN.md 3).
 
 Release layout read here (Mendeley Data "Labeled OCT and Chest X-Ray Images", ``ChestXRay2017.zip``)::
 

@@ -141,9 +141,14 @@ def manifest_hash(path) -> str:
     return sha256_file(path)
 
 
-def manifest_path(manifest_dir, dataset: str, profile_name: str) -> Path:
-    """``<manifest_dir>/<dataset>.csv`` for the paper profile, else ``<manifest_dir>/<dataset>_<profile>.csv``."""
-    suffix = "" if profile_name == "paper" else f"_{profile_name}"
+def manifest_path(manifest_dir, dataset: str, manifests_name: str) -> Path:
+    """``<manifest_dir>/<dataset>_<manifests_name>.csv``, or ``<manifest_dir>/<dataset>.csv`` when the name is
+    empty (the ``paper`` profile's); the name is a profile's ``manifests.name`` (default: the profile's name).
+
+    >>> manifest_path("m", "isic2019", "demo").as_posix(), manifest_path("m", "isic2019", "").as_posix()
+    ('m/isic2019_demo.csv', 'm/isic2019.csv')
+    """
+    suffix = f"_{manifests_name}" if manifests_name else ""
     return Path(manifest_dir) / f"{dataset}{suffix}.csv"
 
 
@@ -221,7 +226,7 @@ def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame, run_seeds) -> 
     return manifest[expected]
 
 
-def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str, manifest_dir, seed: int,
+def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, manifests_name: str, manifest_dir, seed: int,
                             run_seeds=(0,)) -> pd.DataFrame:
     """The frozen splits of ``df``: read and verified if the manifest exists, else drawn and written.
 
@@ -230,8 +235,9 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str
     df : pandas.DataFrame
         A table from :func:`crsrepro.data.load_dataset` (uses ``image_id``, ``group``, the labels and
         ``attrs``).
-    dataset, profile_name : str
-        Name the file ``<dataset>[_<profile>].csv`` (no suffix for the ``paper`` profile).
+    dataset, manifests_name : str
+        Name the file (:func:`manifest_path`): ``<dataset>_<manifests_name>.csv``, or ``<dataset>.csv`` when
+        ``manifests_name`` (a profile's ``manifests.name``) is empty.
     manifest_dir : path
         Where manifests live (:func:`crsrepro.core.io.manifest_dir`).
     seed : int
@@ -252,7 +258,7 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, profile_name: str
         images of ``df`` in the same groups (stale), or it lacks a run seed. The message says to delete
         it to rebuild it.
     """
-    path = manifest_path(manifest_dir, dataset, profile_name)
+    path = manifest_path(manifest_dir, dataset, manifests_name)
     sha_path = path.with_name(path.name + ".sha256")
     if path.exists():
         manifest = _check_manifest(path, sha_path, df, run_seeds)

@@ -15,7 +15,7 @@ blank label is 0 and -1 follows ``u_policy``, as for CheXpert. The group is the 
 ``source_split`` is MIMIC's official split; MIMIC is never trained on (its test split is the transfer
 set, selected by :func:`crsrepro.data.prepare_dataset`).
 
-Subgroups (issue 16): only ``view`` (``ViewPosition``) is kept. MIMIC-CXR-JPG carries no sex or age;
+Subgroups (DESIGN.md section 14): only ``view`` (``ViewPosition``) is kept. MIMIC-CXR-JPG carries no sex or age;
 those are in MIMIC-IV's ``patients`` table (a separate credentialed release joined on subject_id),
 which is out of this package's scope, so MIMIC has no ``sex`` or ``age_group`` subgroups here.
 """

@@ -1,4 +1,4 @@
-"""NIH ChestX-ray14: 14 findings on adult chest radiographs, multi-label (beyond the paper, issue 12).
+"""NIH ChestX-ray14: 14 findings on adult chest radiographs, multi-label (beyond the paper, DESIGN.md 3).
 
 Release layout read here (the NIH Clinical Center download; its 12 ``images_NNN.tar.gz`` archives
 unpack into one ``images/`` folder)::
@@ -12,7 +12,7 @@ release spells them, e.g. ``Pleural_Thickening``), or ``No Finding`` alone. Each
 0/1 column (the release has no uncertain or masked labels); ``No Finding`` is kept as its own 0/1
 column (not a label: it is 1 exactly when the 14 are 0), so that :mod:`crsrepro.data.label_maps` can
 score CheXpert's ``No Finding``. The group is the patient id; the view (PA / AP) is kept. The subgroup
-columns (issue 16) are ``sex`` (``Patient Gender``), ``age_group`` (``Patient Age``, binned by
+columns (DESIGN.md section 14) are ``sex`` (``Patient Gender``), ``age_group`` (``Patient Age``, binned by
 :func:`~crsrepro.data.common.age_groups`) and ``view``.
 
 Every listed image must exist by default; ``images="present-only"`` [ours] reads the listed images

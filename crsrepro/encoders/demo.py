@@ -1,4 +1,4 @@
-"""The demo panel: ten CPU-fast encoders for the demo world (DESIGN.md sections 2 and 4, issue 4).
+"""The demo panel: ten CPU-fast encoders for the demo world (DESIGN.md sections 2 and 4).
 
 The demo panel stands in for the paper's 15 encoders so that every chapter of the book runs on a
 laptop CPU in minutes. Its members are chosen so that the demo rankings have structure to teach:
@@ -49,18 +49,11 @@ from safetensors.torch import load_file
 from torch import nn
 from torch.nn import functional as F
 
-from crsrepro.encoders.registry import (
-    HALF,
-    NETWORK_TAPS,
-    Encoder,
-    EncoderSpec,
-    depth_block_indices,
-    load_state_dict,
-    pool_feature_map,
-    weights_hash,
-)
+from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
+from crsrepro.core.schema import FINAL
+from crsrepro.encoders.registry import HALF, NETWORK_TAPS, Encoder, EncoderSpec, depth_block_indices, pool_feature_map
 from crsrepro.encoders.timm_family import TimmEncoder
-from crsrepro.core.errors import MissingWeightsError
+from crsrepro.encoders.weights import load_state_dict, weights_hash
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
 WEIGHTS_RECORD = WEIGHTS_DIR / "demo_weights.json"
@@ -100,20 +93,20 @@ class StagedNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The ``final`` embedding ``[B, D]`` (what a linear head or LoRA fine-tuning trains on)."""
-        return self.forward_taps(x, ("final",))["final"]
+        return self.forward_taps(x, (FINAL,))[FINAL]
 
     def forward_taps(self, x: torch.Tensor, layers: tuple[str, ...]) -> dict[str, torch.Tensor]:
         """Pooled features ``{layer: [B, D]}`` for ``layers``, all from one pass."""
         wanted = {block: name for name, block in depth_block_indices(len(self.blocks), layers).items()
-                  if name != "final"}
+                  if name != FINAL}
         out = {}
         x = self.stem(x)
         for i, block in enumerate(self.blocks):
             x = block(x)
             if i in wanted:
                 out[wanted[i]] = pool_feature_map(x)
-        if "final" in layers:
-            out["final"] = pool_feature_map(self.head(x))
+        if FINAL in layers:
+            out[FINAL] = pool_feature_map(self.head(x))
         return out
 
 
@@ -360,7 +353,7 @@ class DemoEncoder(Encoder):
         x = x.contiguous(memory_format=self.memory_format)
         if isinstance(self.model, StagedNet):
             return self.model.forward_taps(x, layers)
-        return {"final": self.model(x)}
+        return {FINAL: self.model(x)}
 
 
 def read_weights_record() -> dict:
@@ -384,7 +377,9 @@ def committed_weights(spec: EncoderSpec, weights=None) -> Path:
     Raises
     ------
     MissingWeightsError
-        The file is missing, or the committed file's SHA-256 differs from ``demo_weights.json``.
+        The file is missing.
+    WrongWeightsError
+        The committed file's SHA-256 differs from ``demo_weights.json``.
     """
     if weights is not None:
         return _given_file(spec, weights)
@@ -394,8 +389,8 @@ def committed_weights(spec: EncoderSpec, weights=None) -> Path:
         raise MissingWeightsError(f"{spec.id}: {path} (or its entry in {WEIGHTS_RECORD.name}) is missing; "
                                   f"run python -m crsrepro.encoders.demo_pretrain")
     if weights_hash(path) != expected:
-        raise MissingWeightsError(f"{spec.id}: {path} does not match the SHA-256 in {WEIGHTS_RECORD.name}; "
-                                  f"restore it from git or rerun python -m crsrepro.encoders.demo_pretrain")
+        raise WrongWeightsError(f"{spec.id}: {path} does not match the SHA-256 in {WEIGHTS_RECORD.name}; "
+                                f"restore it from git or rerun python -m crsrepro.encoders.demo_pretrain")
     return path
 
 
@@ -428,7 +423,7 @@ def _seeded(build):
 def _no_weights(spec, weights):
     """Extractors without weights refuse a ``weights=`` argument rather than ignore it."""
     if weights is not None:
-        raise MissingWeightsError(f"{spec.id} is a random-init baseline and takes no weights (got {weights})")
+        raise WrongWeightsError(f"{spec.id} is a random-init baseline and takes no weights (got {weights})")
 
 
 def build_random_cnn(spec, *, weights=None, device="cpu") -> DemoEncoder:
@@ -492,7 +487,7 @@ def _network(id, family, architecture, *, embed_dim, pooling="gap", mean=HALF, s
 def _classical(id, architecture, *, embed_dim, input_size=DEMO_INPUT_SIZE, weight_files=(), notes=""):
     return EncoderSpec(id=id, family="general", loader="demo", architecture=architecture,
                        input_size=input_size, mean=_NO_MEAN, std=_NO_STD, interpolation="bilinear",
-                       pooling="image_embed", embed_dim=embed_dim, layer_taps=("final",),
+                       pooling="image_embed", embed_dim=embed_dim, layer_taps=(FINAL,),
                        licence=_OURS_LICENCE, weight_files=weight_files,
                        notes="[ours] a classical extractor on [0, 1] pixels; its output is the "
                              "'image embedding'. " + notes)

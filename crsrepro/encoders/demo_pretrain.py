@@ -23,7 +23,7 @@ only the backbone is saved.
 
 [ours] The corpus (5,000 images per modality, 20 epochs) is large enough that a domain CNN is clearly
 better than random features of the same architecture in its own domain: a pretrained specialist
-that is no better than its random twin teaches nothing (issue 14: in demo v3, with 800 images and
+that is no better than its random twin teaches nothing (in demo v3, with 800 images and
 4 epochs, ``derm_cnn`` and ``random_cnn`` were tied on the ISIC look-alike and the random CNN led
 the CRS). Every batch goes through :func:`acquisition_augment`, the modality-agnostic augmentation
 that medical pretraining pipelines use (random resized crop and flip, blur, contrast and brightness,
@@ -55,10 +55,11 @@ from torch import nn
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from crsrepro.data import get_spec as get_dataset_spec
+from crsrepro.data import get_dataset_spec
 from crsrepro.data.demo_world import sample_images
 from crsrepro.encoders.demo import DEMO_ENCODERS, WEIGHTS_DIR, WEIGHTS_RECORD, TinyCNN
-from crsrepro.encoders.registry import Encoder, weights_hash
+from crsrepro.encoders.registry import Encoder
+from crsrepro.encoders.weights import weights_hash
 
 logger = logging.getLogger(__name__)
 

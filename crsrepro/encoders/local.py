@@ -36,20 +36,13 @@ import logging
 from collections import Counter
 from pathlib import Path
 
+from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
 from crsrepro.encoders.open_clip_family import open_clip_visual_from_state_dict
-from crsrepro.encoders.registry import (
-    EncoderSpec,
-    check_md5,
-    find_weight_file,
-    load_state_dict,
-    load_weights_strictly,
-    read_json,
-    resolve_weights,
-    resolve_weights_folder,
-)
+from crsrepro.encoders.registry import EncoderSpec
 from crsrepro.encoders.timm_family import timm_from_state_dict
 from crsrepro.encoders.transformers_family import hf_vision_encoder, siglip_vision_model
-from crsrepro.core.errors import MissingWeightsError
+from crsrepro.encoders.weights import (check_md5, find_weight_file, load_state_dict, load_weights_strictly, read_json,
+                                       resolve_weights, resolve_weights_folder)
 
 logger = logging.getLogger(__name__)
 
@@ -60,14 +53,14 @@ def _unwrap(spec: EncoderSpec, checkpoint: dict, key: str | None, path: Path) ->
         inner = checkpoint.get("model")
         return inner if isinstance(inner, dict) else checkpoint
     if key not in checkpoint:
-        raise MissingWeightsError(f"{spec.id}: {path} has no {key!r} entry (found {sorted(checkpoint)[:5]})")
+        raise WrongWeightsError(f"{spec.id}: {path} has no {key!r} entry (found {sorted(checkpoint)[:5]})")
     return checkpoint[key]
 
 
 def _strip_prefix(spec: EncoderSpec, state_dict: dict, prefix: str, path: Path) -> dict:
     picked = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not picked:
-        raise MissingWeightsError(f"{spec.id}: no keys starting with {prefix!r} in {path}")
+        raise WrongWeightsError(f"{spec.id}: no keys starting with {prefix!r} in {path}")
     left_out = Counter(k.split(".")[0] for k in state_dict if not k.startswith(prefix))
     if left_out:
         logger.info("%s: %s: left out %d entries outside %r: %s", spec.id, path, sum(left_out.values()), prefix,
@@ -144,7 +137,7 @@ def build_chexzero(spec: EncoderSpec, *, weights=None, device="cpu"):
                       "image_size": conv1.shape[-1] * grid}
         model_cfg = {"embed_dim": state_dict["visual.proj"].shape[1], "vision_cfg": vision_cfg, "quick_gelu": True}
     except KeyError as err:
-        raise MissingWeightsError(f"{spec.id}: {path} is not an OpenAI CLIP ViT state dict (no {err})") from None
+        raise WrongWeightsError(f"{spec.id}: {path} is not an OpenAI CLIP ViT state dict (no {err})") from None
     return open_clip_visual_from_state_dict(spec, state_dict, model_cfg=model_cfg, device=device, weights_path=path,
                                             weights_files=[path])
 
@@ -183,7 +176,7 @@ def build_medgemma(spec: EncoderSpec, *, weights=None, device="cpu"):
                 if prefix is not None:
                     state_dict[target + key[len(prefix):]] = f.get_tensor(key)
     if not state_dict:
-        raise MissingWeightsError(f"{spec.id}: no {MEDGEMMA_PREFIXES[0]}* tensors in {folder}")
+        raise WrongWeightsError(f"{spec.id}: no {MEDGEMMA_PREFIXES[0]}* tensors in {folder}")
     load_weights_strictly(spec, model, state_dict, source=folder, what="the SigLIP tower of its vision_config")
     return hf_vision_encoder(spec, model, device=device, weights_path=folder, weights_files=[folder / "config.json"],
                              hash_parameters=True)

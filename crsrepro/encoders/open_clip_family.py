@@ -24,18 +24,11 @@ import logging
 import torch
 from open_clip.model import _build_vision_tower
 
-from crsrepro.encoders.registry import (
-    Encoder,
-    EncoderSpec,
-    depth_block_indices,
-    find_weight_file,
-    load_state_dict,
-    load_weights_strictly,
-    pool_tokens,
-    read_json,
-    resolve_weights_folder,
-)
 from crsrepro.core.errors import MissingWeightsError
+from crsrepro.core.schema import FINAL
+from crsrepro.encoders.registry import Encoder, EncoderSpec, depth_block_indices, pool_tokens
+from crsrepro.encoders.weights import (find_weight_file, load_state_dict, load_weights_strictly, read_json,
+                                       resolve_weights_folder)
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +49,7 @@ class OpenClipEncoder(Encoder):
         blocks = sorted(set(idx.values()))
         out = self.model.forward_intermediates(x, indices=blocks, normalize_intermediates=True,
                                                output_fmt="NLC", output_extra_tokens=True,
-                                               intermediates_only="final" not in layers)
+                                               intermediates_only=FINAL not in layers)
         patches = dict(zip(blocks, out["image_intermediates"]))
         prefixes = dict(zip(blocks, out.get("image_intermediates_prefix", [None] * len(blocks))))
         pooled = {}

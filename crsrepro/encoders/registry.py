@@ -34,13 +34,8 @@ for extractors that are not networks. The paper's networks also offer ``"depth10
 SigLIP, MedSigLIP) ``depth100`` differs from it, so a depth curve ``depth25 .. depth100`` compares like
 with like; elsewhere ``depth100`` equals ``final``.
 
-Weights
--------
-:func:`resolve_weights` looks, in order, at an explicit ``weights=`` path, at
-``$CRSREPRO_WEIGHTS/<encoder id>/``, and at the offline Hugging Face cache (``local_files_only``) for
-``spec.hf_repo`` at ``spec.hf_revision``. Nothing is ever downloaded. Checkpoints are read safely
-(:func:`load_state_dict`: safetensors, or ``torch.load(weights_only=True)`` with exactly one extra class
-allowed, ``argparse.Namespace``, which MAE-style checkpoints carry as ``args``).
+Where the weights are found, how they are read and what they hash to is :mod:`crsrepro.encoders.weights`
+(nothing is ever downloaded).
 
 The registry is filled in one place, :mod:`crsrepro.encoders`, never as a side effect of an import
 (STYLE.md).
@@ -48,13 +43,10 @@ The registry is filled in one place, :mod:`crsrepro.encoders`, never as a side e
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import hashlib
-import json
 import logging
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -64,7 +56,9 @@ import torch
 from torchvision.transforms import InterpolationMode
 from torchvision.transforms.v2 import functional as TF
 
-from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError
+from crsrepro.core.errors import UnknownEncoderError
+from crsrepro.core.schema import FINAL
+from crsrepro.encoders.weights import state_dict_hash, weights_hash
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +67,12 @@ LOADERS = ("timm", "open_clip", "transformers", "local", "demo")
 INTERPOLATIONS = ("bicubic", "bilinear")
 POOLINGS = ("cls", "mean_patch", "image_embed", "gap")
 RESIZE_MODES = ("crop", "pad")
-NETWORK_TAPS = ("depth25", "depth50", "depth75", "final")
-PAPER_TAPS = ("depth25", "depth50", "depth75", "depth100", "final")
+NETWORK_TAPS = ("depth25", "depth50", "depth75", FINAL)
+PAPER_TAPS = ("depth25", "depth50", "depth75", "depth100", FINAL)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 HALF = (0.5, 0.5, 0.5)
-_TAP_DEPTH = {"depth25": 0.25, "depth50": 0.50, "depth75": 0.75, "depth100": 1.0, "final": 1.0}
-SAFE_CHECKPOINT_GLOBALS = (argparse.Namespace,)  # the ``args`` entry of MAE-style checkpoints
+_TAP_DEPTH = {"depth25": 0.25, "depth50": 0.50, "depth75": 0.75, "depth100": 1.0, FINAL: 1.0}
 
 
 @dataclass(frozen=True)
@@ -187,7 +180,7 @@ class EncoderSpec:
             problems.append(f"pooling must be one of {POOLINGS}")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
             problems.append("mean and std must be 3 numbers, std > 0")
-        if not self.layer_taps or "final" not in self.layer_taps or not set(self.layer_taps) <= set(_TAP_DEPTH):
+        if not self.layer_taps or FINAL not in self.layer_taps or not set(self.layer_taps) <= set(_TAP_DEPTH):
             problems.append(f"layer_taps must include 'final' and be among {tuple(_TAP_DEPTH)}")
         if self.input_size <= 0 or self.embed_dim <= 0:
             problems.append("input_size and embed_dim must be positive")
@@ -213,7 +206,7 @@ class EncoderSpec:
 
     def pooling_at(self, layer: str) -> str:
         """The pooling used at ``layer``: ``pooling`` at ``final``, else ``intermediate_pooling``."""
-        if layer == "final" or self.intermediate_pooling is None:
+        if layer == FINAL or self.intermediate_pooling is None:
             return self.pooling
         return self.intermediate_pooling
 
@@ -262,190 +255,6 @@ def pool_feature_map(fmap: torch.Tensor) -> torch.Tensor:
     if fmap.ndim != 4:
         raise ValueError(f"expected a feature map [B, C, H, W], got shape {tuple(fmap.shape)}")
     return fmap.mean(dim=(2, 3))
-
-
-# --------------------------------------------------------------------------------------------------
-# Weights: where they are, how to read them, what they hash to
-# --------------------------------------------------------------------------------------------------
-
-def resolve_weights(spec: EncoderSpec, weights: str | os.PathLike | None = None) -> Path:
-    """The file or folder that holds ``spec``'s weights; never downloads.
-
-    Looks at ``weights`` (overrides all), then ``$CRSREPRO_WEIGHTS/<spec.id>/``, then the offline
-    Hugging Face cache for ``spec.hf_repo`` at ``spec.hf_revision`` (``local_files_only=True``; the
-    cache's ``models--org--name/snapshots/<commit>/`` folder that the revision's ref points to).
-
-    Raises
-    ------
-    MissingWeightsError
-        Naming every place looked at and the files expected there.
-    """
-    expected = " or ".join(spec.weight_files) or "the weight files"
-    if weights is not None:
-        path = Path(weights).expanduser()
-        if not path.exists():
-            raise MissingWeightsError(f"{spec.id}: weights path {path} does not exist (expected {expected})")
-        return path
-    looked = []
-    root = os.environ.get("CRSREPRO_WEIGHTS")
-    if root:
-        folder = Path(root).expanduser() / spec.id
-        if folder.is_dir():
-            return folder
-        looked.append(str(folder))
-    else:
-        looked.append("$CRSREPRO_WEIGHTS/<id>/ (CRSREPRO_WEIGHTS is not set)")
-    if spec.hf_repo:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError
-        revision = spec.hf_revision or "main"
-        try:
-            return Path(snapshot_download(spec.hf_repo, revision=revision, local_files_only=True))
-        except LocalEntryNotFoundError:
-            looked.append(f"the offline Hugging Face cache for {spec.hf_repo} (revision {revision})")
-    raise MissingWeightsError(f"{spec.id}: no weights found; looked in {'; '.join(looked)}; "
-                              f"expected {expected}")
-
-
-def resolve_weights_folder(spec: EncoderSpec, weights: str | os.PathLike | None = None) -> Path:
-    """:func:`resolve_weights`, as the folder (a file given as ``weights`` stands for its folder)."""
-    path = resolve_weights(spec, weights)
-    return path.parent if path.is_file() else path
-
-
-def load_weights_strictly(spec: EncoderSpec, module: torch.nn.Module, state_dict: dict, *, source: Path,
-                          what: str) -> None:
-    """Load ``state_dict`` into ``module``; any missing or unexpected key raises MissingWeightsError.
-
-    A checkpoint that only half-fits is the wrong checkpoint; ``what`` names the architecture in the message.
-    """
-    expected = module.state_dict()
-    wrong = [k for k, v in state_dict.items()
-             if k in expected and tuple(getattr(v, "shape", ())) != tuple(expected[k].shape)]
-    if wrong:  # torch would raise a bare RuntimeError
-        k = wrong[0]
-        raise MissingWeightsError(f"{spec.id}: {source} does not fit {what}: {len(wrong)} tensors of the wrong shape "
-                                  f"(e.g. {k}: {tuple(state_dict[k].shape)} in the file, {tuple(expected[k].shape)} "
-                                  f"in the network)")
-    missing, unexpected = module.load_state_dict(state_dict, strict=False)
-    if missing or unexpected or not state_dict:
-        raise MissingWeightsError(
-            f"{spec.id}: {source} does not fit {what}: {len(missing)} missing keys (e.g. {missing[:3]}), "
-            f"{len(unexpected)} unexpected (e.g. {unexpected[:3]})")
-
-
-def find_weight_file(spec: EncoderSpec, path: Path, names: Sequence[str] | None = None) -> Path:
-    """The first of ``names`` (default ``spec.weight_files``) inside folder ``path``, or ``path`` itself."""
-    if path.is_file():
-        return path
-    names = spec.weight_files if names is None else names
-    for name in names:
-        if (path / name).is_file():
-            return path / name
-    raise MissingWeightsError(f"{spec.id}: none of {', '.join(names)} in {path}")
-
-
-def load_state_dict(path: str | os.PathLike) -> dict:
-    """Read a checkpoint safely: safetensors, or ``torch.load(weights_only=True)`` (no arbitrary pickle).
-
-    Released ``.pth`` files often wrap the state dict (``{'model': ...}``, ``{'state_dict': ...}``);
-    the wrapper is returned as is, and the family loader picks its key. MAE-style checkpoints (RETFound)
-    also carry their training arguments as an ``argparse.Namespace`` under ``args``: that one class is
-    allowed (:data:`SAFE_CHECKPOINT_GLOBALS`, through ``torch.serialization.safe_globals``), every other
-    Python object is refused.
-
-    Raises
-    ------
-    MissingWeightsError
-        The file asks for another Python object (named in the message), or is not a checkpoint.
-    """
-    path = Path(path)
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-        return load_file(str(path))
-    try:
-        with torch.serialization.safe_globals(list(SAFE_CHECKPOINT_GLOBALS)):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # an unpicklable object or a corrupt file: refuse, say which
-        asked = re.search(r"GLOBAL (\S+)", str(err))
-        reason = (f"it asks for the Python object {asked.group(1)}; only tensors, containers and "
-                  f"argparse.Namespace are allowed" if asked else str(err).splitlines()[0])
-        raise MissingWeightsError(f"{path}: not a readable weights-only checkpoint: {reason} (re-save its "
-                                  f"state dict with torch.save or as .safetensors)") from err
-
-
-def md5_of(path: Path) -> str:
-    """The MD5 of a file (as releases such as hi-ml's BioViL document theirs)."""
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def check_md5(spec: EncoderSpec, path: Path) -> None:
-    """Refuse ``path`` if ``spec.weight_md5`` is set and the file's MD5 differs."""
-    if spec.weight_md5 is not None and md5_of(path) != spec.weight_md5:
-        raise MissingWeightsError(f"{spec.id}: {path} has MD5 {md5_of(path)}, but the release documents "
-                                  f"{spec.weight_md5}; this is not the released file")
-
-
-_HASH_CACHE: dict[tuple[str, int, int], str] = {}
-
-
-def _file_sha256(path: Path) -> str:
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-    if key not in _HASH_CACHE:
-        digest = hashlib.sha256()
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                digest.update(chunk)
-        _HASH_CACHE[key] = digest.hexdigest()
-    return _HASH_CACHE[key]
-
-
-def weights_hash(path: str | os.PathLike | Sequence[str | os.PathLike]) -> str:
-    """SHA-256 of a weight file, of a list of files (the files a builder read), or of a whole folder.
-
-    A single file hashes to its own SHA-256 (what the Hugging Face hub shows for an LFS file); a list
-    hashes its files' names and digests, in the order given; a folder hashes every file in it with its
-    relative name (only for encoders that do not say which files they read: the paper builders do).
-    Per-file digests are cached by (path, size, mtime), so repeated calls are cheap.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        files = [Path(p) for p in path]
-        names = [p.name for p in files]
-        if not files:
-            raise MissingWeightsError("weights_hash needs at least one file")
-    else:
-        path = Path(path)
-        if path.is_file():
-            return _file_sha256(path)
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-        names = [p.relative_to(path).as_posix() for p in files]
-        if not files:
-            raise MissingWeightsError(f"weights folder {path} holds no files")
-    digest = hashlib.sha256()
-    for name, p in zip(names, files):
-        digest.update(f"{name}\0{_file_sha256(p)}\n".encode())
-    return digest.hexdigest()
-
-
-def state_dict_hash(module: torch.nn.Module) -> str:
-    """SHA-256 of a module's parameters and buffers (for models built without a weight file, and for
-    MedGemma's tower, whose tensors come out of multi-GB shards)."""
-    digest = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
-        t = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)}\n".encode())
-        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return digest.hexdigest()
-
-
-def read_json(path: Path) -> dict:
-    """A JSON file as a dict ({} when it does not exist)."""
-    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -517,7 +326,7 @@ class Encoder:
         x = x.float() / 255.0 if x.dtype == torch.uint8 else x.float()
         return (x - self._mean) / self._std
 
-    def forward_features(self, x: torch.Tensor, *, layers: Sequence[str] = ("final",)) -> dict[str, torch.Tensor]:
+    def forward_features(self, x: torch.Tensor, *, layers: Sequence[str] = (FINAL,)) -> dict[str, torch.Tensor]:
         """Pooled features ``{layer: [B, D]}`` for the requested taps, all from one forward pass."""
         layers = tuple(layers)
         unknown = [name for name in layers if name not in self.spec.layer_taps]
@@ -540,7 +349,7 @@ class Encoder:
         for start in range(0, len(images), batch_size):
             batch = torch.stack([self.resize(pil_to_uint8_tensor(im)[None])[0]
                                  for im in images[start:start + batch_size]])
-            feats = self.forward_features(self.preprocess(batch), layers=("final",))["final"]
+            feats = self.forward_features(self.preprocess(batch), layers=(FINAL,))[FINAL]
             chunks.append(feats.cpu().numpy().astype(np.float32))
         return np.concatenate(chunks)
 
@@ -619,7 +428,7 @@ def _lookup(encoder_id: str) -> tuple[EncoderSpec, Builder]:
         raise UnknownEncoderError(f"unknown encoder {encoder_id!r}{hint}") from None
 
 
-def get_spec(encoder_id: str) -> EncoderSpec:
+def get_encoder_spec(encoder_id: str) -> EncoderSpec:
     """The frozen spec of ``encoder_id``; an unknown id raises UnknownEncoderError with close matches."""
     return _lookup(encoder_id)[0]
 
@@ -632,7 +441,9 @@ def create_encoder(encoder_id: str, *, weights: str | os.PathLike | None = None,
     UnknownEncoderError
         The id is not registered.
     MissingWeightsError
-        The weights are not found (see :func:`resolve_weights`).
+        The weights are not found (see :func:`crsrepro.encoders.weights.resolve_weights`).
+    WrongWeightsError
+        A weight file is found but is not the released one (it cannot be read, or does not fit).
     """
     spec, builder = _lookup(encoder_id)
     return builder(spec, weights=weights, device=device)

@@ -17,19 +17,10 @@ import logging
 
 import torch
 
-from crsrepro.encoders.registry import (
-    Encoder,
-    EncoderSpec,
-    depth_block_indices,
-    find_weight_file,
-    load_state_dict,
-    load_weights_strictly,
-    pool_feature_map,
-    pool_tokens,
-    read_json,
-    resolve_weights_folder,
-)
-from crsrepro.core.errors import MissingWeightsError
+from crsrepro.core.errors import WrongWeightsError
+from crsrepro.encoders.registry import Encoder, EncoderSpec, depth_block_indices, pool_feature_map, pool_tokens
+from crsrepro.encoders.weights import (find_weight_file, load_state_dict, load_weights_strictly, read_json,
+                                       resolve_weights_folder)
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +75,8 @@ def build_timm(spec: EncoderSpec, *, weights=None, device="cpu") -> TimmEncoder:
     config = read_json(folder / "config.json")
     arch = config.get("architecture", spec.architecture)
     if arch != spec.architecture:
-        raise MissingWeightsError(f"{spec.id}: {folder / 'config.json'} is for {arch!r}, "
-                                  f"expected {spec.architecture!r}")
+        raise WrongWeightsError(f"{spec.id}: {folder / 'config.json'} is for {arch!r}, "
+                                f"expected {spec.architecture!r}")
     path = find_weight_file(spec, folder, HUB_WEIGHT_FILES)
     files = [p for p in (folder / "config.json", path) if p.is_file()]
     return timm_from_state_dict(spec, load_state_dict(path), model_args=config.get("model_args", {}),

@@ -25,9 +25,9 @@ from transformers import CLIPVisionModel, Dinov2Model, SiglipVisionConfig, Sigli
 import json
 from pathlib import Path
 
-from crsrepro.encoders.registry import (Encoder, EncoderSpec, depth_block_indices, pool_tokens,
-                                       resolve_weights_folder)
-from crsrepro.core.errors import MissingWeightsError
+from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
+from crsrepro.encoders.registry import Encoder, EncoderSpec, depth_block_indices, pool_tokens
+from crsrepro.encoders.weights import resolve_weights_folder
 
 ARCHITECTURES = {"CLIPVisionModel": CLIPVisionModel, "SiglipVisionModel": SiglipVisionModel,
                  "Dinov2Model": Dinov2Model}
@@ -85,7 +85,7 @@ def hf_vision_encoder(spec: EncoderSpec, model: torch.nn.Module, *, device, weig
                       hash_parameters: bool = False) -> HFVisionEncoder:
     """Wrap a loaded transformers vision model (also used for MedGemma's SigLIP tower, in ``local``)."""
     if spec.pooling == "image_embed" and isinstance(model, SiglipVisionModel) and not model.config.vision_use_head:
-        raise MissingWeightsError(f"{spec.id}: {weights_path} has no attention-pool head for image_embed pooling")
+        raise WrongWeightsError(f"{spec.id}: {weights_path} has no attention-pool head for image_embed pooling")
     return HFVisionEncoder(spec, model, device=device, weights_path=weights_path, weights_files=weights_files,
                            hash_parameters=hash_parameters)
 
@@ -113,8 +113,8 @@ def build_transformers(spec: EncoderSpec, *, weights=None, device="cpu") -> HFVi
     model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     if info["missing_keys"]:
         missing = sorted(info["missing_keys"])
-        raise MissingWeightsError(f"{spec.id}: {folder} does not fit {spec.architecture}: "
-                                  f"{len(missing)} missing keys (e.g. {missing[:3]})")
+        raise WrongWeightsError(f"{spec.id}: {folder} does not fit {spec.architecture}: "
+                                f"{len(missing)} missing keys (e.g. {missing[:3]})")
     return hf_vision_encoder(spec, model, device=device, weights_path=folder,
                              weights_files=files_from_pretrained_reads(folder))
 

@@ -62,8 +62,10 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from crsrepro.encoders.registry import Encoder, EncoderSpec, resize_to_input
 from crsrepro.core.io import atomic_write, content_key, git_hash
+from crsrepro.core.schema import FINAL
+from crsrepro.core.vocab import CLEAN
+from crsrepro.encoders.registry import Encoder, EncoderSpec, resize_to_input
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +146,9 @@ def array_sha256(array: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(array).data).hexdigest()
 
 
-def _read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
-    """The cached array of ``key``, or None if it is absent, incomplete or fails its check (then it is
-    recomputed: a warning names the file). The check recomputes the array's SHA-256 and compares it
+def read_entry(cache_dir: Path, key: str, n_rows: int) -> np.ndarray | None:
+    """The cached ``(n_rows, D)`` array of ``key`` (:func:`feature_keys`) in ``cache_dir``, or None if it is
+    absent, incomplete or fails its check (then it is recomputed: a warning names the file). The check recomputes the array's SHA-256 and compares it
     with the sidecar's. An entry written before the check existed (its sidecar has no ``sha256``; it was
     still written atomically, the sidecar last) gets its digest recorded on this first read, so a cache
     built by an earlier version is checked from then on instead of being recomputed."""
@@ -218,16 +220,19 @@ def to_canonical_size(image: Image.Image, canonical_size: int | None) -> Image.I
 def degraded_views(image: Image.Image, image_id: str, conditions: Sequence[str]) -> list[np.ndarray]:
     """The image under each condition, as ``uint8 [H, W, 3]`` arrays (``clean`` is the image itself)."""
     array = np.asarray(image, dtype=np.uint8)
-    if any(c != "clean" for c in conditions):
+    if any(c != CLEAN for c in conditions):
         from crsrepro.extract.perturb import apply_condition
-    return [array if c == "clean" else apply_condition(array, c, image_id) for c in conditions]
+    return [array if c == CLEAN else apply_condition(array, c, image_id) for c in conditions]
 
 
-class _ConditionedImages(Dataset):
+class ConditionedImages(Dataset):
     """Item ``i``: image ``i`` under every condition, resized for ``spec``: ``uint8 [C, 3, S, S]``.
 
-    The degraded images come from ``store`` (a :class:`_DegradedImageStore`) when given, else they
-    are decoded and degraded here.
+    The images an encoder sees: decoded, brought to ``canonical_size``, degraded once per condition
+    (:func:`degraded_views`) and resized with ``spec``'s preprocessing (:func:`resize_to_input`). The
+    degraded images come from ``store`` (a :class:`_DegradedImageStore`) when given, else they are
+    decoded and degraded here. :func:`extract_features` batches it through a ``DataLoader``; so does
+    LoRA fine-tuning, which trains on the same images (DESIGN.md section 11).
     """
 
     def __init__(self, image_ids, paths, *, conditions, canonical_size, spec: EncoderSpec, store=None):
@@ -374,7 +379,7 @@ def forward_batch(encoder: Encoder, batch: torch.Tensor, layers: tuple[str, ...]
 # --------------------------------------------------------------------------------------------------
 
 def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, images_key: str,
-                     conditions: Sequence[str] = ("clean",), layers: Sequence[str] = ("final",),
+                     conditions: Sequence[str] = (CLEAN,), layers: Sequence[str] = (FINAL,),
                      cache_dir, canonical_size: int | None = None, batch_size: int = 64,
                      num_workers: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE,
                      image_cache_dir=None, progress: bool = True) -> dict[tuple[str, str], np.ndarray]:
@@ -431,7 +436,7 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, im
     inputs = _cache_inputs(encoder, ids, dataset=dataset, images_key=images_key, conditions=conditions,
                            layers=layers, canonical_size=canonical_size)
     keys = {pair: cache_key(value) for pair, value in inputs.items()}
-    out = {pair: _read_entry(cache_dir, key, len(ids)) for pair, key in keys.items()}
+    out = {pair: read_entry(cache_dir, key, len(ids)) for pair, key in keys.items()}
     todo = [c for c in conditions if any(out[(c, layer)] is None for layer in layers)]
     if not todo:
         logger.info("%s on %s: all %d feature arrays from the cache", encoder.spec.id, dataset, len(out))
@@ -448,7 +453,7 @@ def extract_features(encoder: Encoder, images: pd.DataFrame, *, dataset: str, im
                                     canonical_size=canonical_size, conditions=todo)
         with tqdm(total=len(ids), unit="img", disable=not progress, desc=f"degrade {dataset} x{len(todo)} cond") as bar:
             store.fill(ids, paths, todo, canonical_size, num_workers=num_workers, bar=bar)
-    dataset_ = _ConditionedImages(ids, paths, conditions=todo, canonical_size=canonical_size, spec=encoder.spec,
+    dataset_ = ConditionedImages(ids, paths, conditions=todo, canonical_size=canonical_size, spec=encoder.spec,
                                   store=store)
     chunks = []
     with tqdm(total=len(ids), unit="img", disable=not progress,

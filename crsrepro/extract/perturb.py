@@ -1,7 +1,7 @@
-"""Test-image perturbations: five types at three severities (DESIGN.md section 6, issue 3).
+"""Test-image perturbations: five types at three severities (DESIGN.md section 6).
 
 The paper degrades test images with Gaussian blur, JPEG compression, contrast reduction, Rician noise
-and a field-of-view crop, each at three severities. Its parameters are not published; ours [ours] are
+and a field-of-view crop (:data:`crsrepro.core.vocab.PERTURBATIONS`), each at three severities. Its parameters are not published; ours [ours] are
 set relative to a 512-pixel short side, and a parameter in pixels is scaled by ``short_side / 512``:
 
 =============== ============================================== =========================
@@ -34,9 +34,13 @@ from PIL import Image
 from scipy import special
 from scipy.ndimage import convolve1d
 
-PERTURBATIONS = ("gaussian_blur", "jpeg", "contrast", "rician_noise", "fov_crop")
+from crsrepro.core.schema import Condition
+from crsrepro.core.vocab import PERTURBATIONS, SEVERITIES
+
+#: The perturbations beyond the paper (see the module docstring); :func:`perturb` applies them as it
+#: applies the paper's five.
 EXTRA_PERTURBATIONS = ("poisson_gaussian", "sensor_noise")
-SEVERITIES = (1, 2, 3)
+_KNOWN = PERTURBATIONS + EXTRA_PERTURBATIONS
 REFERENCE_SHORT_SIDE = 512
 #: Bumped whenever any perturbation's output bytes change: it keys the degraded-image cache
 #: (:func:`crsrepro.extract.features.degraded_image_key`), so a stale degraded image is never read.
@@ -157,7 +161,7 @@ def perturb(image: np.ndarray, name: str, severity: int, image_id: str) -> np.nd
     image : numpy.ndarray
         uint8, HxW or HxWxC (C = 1 or 3), at the dataset's canonical size.
     name : str
-        One of :data:`PERTURBATIONS` or :data:`EXTRA_PERTURBATIONS`.
+        One of :data:`crsrepro.core.vocab.PERTURBATIONS` or :data:`EXTRA_PERTURBATIONS`.
     severity : int
         1, 2 or 3; damage grows with severity.
     image_id : str
@@ -177,7 +181,7 @@ def perturb(image: np.ndarray, name: str, severity: int, image_id: str) -> np.nd
     ((64, 64), dtype('uint8'), True)
     """
     if name not in _OPERATIONS:
-        raise ValueError(f"unknown perturbation {name!r} (known: {', '.join(PERTURBATIONS + EXTRA_PERTURBATIONS)})")
+        raise ValueError(f"unknown perturbation {name!r} (known: {', '.join(_KNOWN)})")
     if severity not in SEVERITIES:
         raise ValueError(f"severity must be 1, 2 or 3, got {severity!r}")
     image = np.asarray(image)
@@ -186,43 +190,18 @@ def perturb(image: np.ndarray, name: str, severity: int, image_id: str) -> np.nd
     return _OPERATIONS[name](image, severity - 1, perturbation_rng(image_id, name, severity))
 
 
-def parse_condition(condition: str) -> tuple[str, int]:
-    """Split a test condition: ``"jpeg@2"`` -> ``("jpeg", 2)``; ``"clean"`` -> ``("clean", 0)``.
-
-    >>> parse_condition("gaussian_blur@3")
-    ('gaussian_blur', 3)
-    """
-    if condition == "clean":
-        return "clean", 0
-    name, sep, severity = condition.partition("@")
-    if not sep or name not in _OPERATIONS or severity not in ("1", "2", "3"):
-        raise ValueError(f"bad condition {condition!r}: expected 'clean' or '<perturbation>@<1|2|3>' "
-                         f"with a perturbation among {', '.join(PERTURBATIONS + EXTRA_PERTURBATIONS)}")
-    return name, int(severity)
-
-
 def apply_condition(image: np.ndarray, condition: str, image_id: str) -> np.ndarray:
-    """The image under a test condition (``"clean"`` returns ``image`` itself, unchanged)."""
-    name, severity = parse_condition(condition)
-    return image if name == "clean" else perturb(image, name, severity, image_id)
+    """The image under a test condition: ``"clean"`` returns ``image`` itself, unchanged; a
+    ``<perturbation>@<severity>`` (:class:`crsrepro.core.schema.Condition`, with the paper's
+    perturbations or :data:`EXTRA_PERTURBATIONS`) is :func:`perturb`.
 
-
-def example_grid(images: dict, image_ids: dict, *, perturbations=PERTURBATIONS + EXTRA_PERTURBATIONS,
-                 severities=SEVERITIES) -> dict:
-    """Every perturbation at every severity on one image per modality, for a figure.
-
-    Parameters
-    ----------
-    images : dict
-        Row name (a dataset or modality) -> uint8 image.
-    image_ids : dict
-        Row name -> the image's id (seeds the noise).
-
-    Returns
-    -------
-    dict
-        Row name -> {condition -> uint8 image}, starting with ``clean``.
+    Any other condition (a transfer set such as ``mimic_cxr``, a typo) raises a ValueError.
     """
-    return {row: {"clean": image, **{f"{p}@{s}": perturb(image, p, s, image_ids[row])
-                                     for p in perturbations for s in severities}}
-            for row, image in images.items()}
+    try:
+        parsed = Condition.parse(condition, perturbations=_KNOWN)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.is_transfer:
+        raise ValueError(f"bad condition {condition!r}: expected 'clean' or '<perturbation>@<1|2|3>' "
+                         f"with a perturbation among {', '.join(_KNOWN)}")
+    return image if parsed.is_clean else perturb(image, parsed.perturbation, parsed.severity, image_id)

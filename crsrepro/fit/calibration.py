@@ -52,6 +52,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error
+from crsrepro.core.vocab import TASKS
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +183,7 @@ class _Recalibrator(BaseEstimator):
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a saved recalibrator: missing or bad entry {exc}") from None
         expected = 1 if self.task_ == "multiclass" else self.n_columns_
-        if self.task_ not in ("multiclass", "multilabel") or len(self.maps_) != expected:
+        if self.task_ not in TASKS or len(self.maps_) != expected:
             raise ValueError(f"not a saved recalibrator: task {self.task_!r} with {len(self.maps_)} maps")
         return self
 
@@ -322,6 +323,7 @@ class IsotonicCalibration(_Recalibrator):
         return mixed / mixed.sum(axis=1, keepdims=True)
 
 
+#: The recalibrators by name: the names of :data:`crsrepro.core.vocab.RECALIBRATORS`, in its order.
 RECALIBRATORS = {
     "temperature": TemperatureScaling,
     "vector": VectorScaling,
@@ -402,7 +404,7 @@ def _cross_validation_folds(labels, task, n_folds, seed):
     return list(StratifiedKFold(n_folds, shuffle=True, random_state=seed).split(np.zeros(n), labels))
 
 
-def cross_validated_ece(probs, labels, *, methods=("temperature", "vector", "isotonic", "dirichlet"), task,
+def cross_validated_ece(probs, labels, *, methods=tuple(RECALIBRATORS), task,
                         n_folds=5, seed=0):
     """ECE of k-fold cross-fitted recalibrated probabilities inside a calibration subset.
 
@@ -463,7 +465,7 @@ def cross_validated_ece(probs, labels, *, methods=("temperature", "vector", "iso
     return scores
 
 
-def select_recalibrator(probs, labels, *, methods=("temperature", "vector", "isotonic", "dirichlet"), task,
+def select_recalibrator(probs, labels, *, methods=tuple(RECALIBRATORS), task,
                         n_folds=5, seed=0, return_scores=False):
     """The method of lowest :func:`cross_validated_ece` (ties go to the earlier one in ``methods``).
 

@@ -3,9 +3,10 @@
 The notebooks in ``notebooks/`` are thin and output-free. papermill executes them, for one profile,
 into ``book/_generated/`` (git-ignored), and Jupyter Book renders the HTML with notebook execution
 off, since papermill already ran them. A status page records what ran, for which profile, how long it
-took, and from which commit.
+took, and from which commit. Before the chapters, :func:`build_book` runs the profile's stages (the
+grid, the depth sweep and the LoRA grid: :mod:`crsrepro.run.stages`), so the chapters only read.
 
-A rebuild re-executes only the chapters whose inputs changed (issue 18): each executed copy records
+A rebuild re-executes only the chapters whose inputs changed (DESIGN.md section 13): each executed copy records
 the key of its inputs (:func:`execution_inputs`: the notebook, its parameters, the profile and the
 digest of its results, the manifests and frames, every file of the package, the package versions), and
 :func:`build_book` reuses a copy whose key still matches. Editing one chapter's prose re-executes that
@@ -23,8 +24,9 @@ import time
 from pathlib import Path
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.io import content_key, folder_digest, manifest_dir, package_digest, sha256_file
-from crsrepro.core.io import git_hash
+from crsrepro.core.io import content_key, folder_digest, git_hash, manifest_dir, package_digest, sha256_file
+from crsrepro.present.chapters import CHAPTERS
+from crsrepro.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +34,21 @@ GENERATED = Path("book") / "_generated"
 
 
 def list_notebooks(book_root: Path) -> list[str]:
-    """The notebook names (``NN_section`` or ``NNb_section``) in ``<book_root>/notebooks``, in chapter order.
+    """The chapters' notebook names, in book order (:data:`crsrepro.present.chapters.CHAPTERS`), checked
+    against ``<book_root>/notebooks``: a registered chapter without its notebook, or a notebook that no
+    chapter registers, is an error naming it.
 
-    >>> sorted(["06_layer_depth", "05b_sensitivity", "05_crs_bootstrap"])
-    ['05_crs_bootstrap', '05b_sensitivity', '06_layer_depth']
+    >>> from crsrepro.core.io import PACKAGE_ROOT
+    >>> list_notebooks(PACKAGE_ROOT.parent)[:2]
+    ['00_setup', '01_discrimination']
     """
-    return sorted(p.stem for p in (Path(book_root) / "notebooks").glob("[0-9][0-9]*_*.ipynb"))
+    on_disk = {p.stem for p in (Path(book_root) / "notebooks").glob("[0-9][0-9]*_*.ipynb")}
+    missing, unregistered = sorted(set(CHAPTERS) - on_disk), sorted(on_disk - set(CHAPTERS))
+    if missing or unregistered:
+        raise CrsreproError(f"{Path(book_root) / 'notebooks'}: the notebooks differ from the chapter registry "
+                            f"(crsrepro.present.chapters.CHAPTERS): missing {missing or 'none'}, "
+                            f"not registered {unregistered or 'none'}")
+    return list(CHAPTERS)
 
 
 def _check_book_root(book_root: Path) -> Path:
@@ -125,14 +136,10 @@ def reusable_seconds(name: str, inputs_key: str, *, book_root: Path = Path("."))
     return record.get("seconds") if record.get("inputs") == inputs_key else None
 
 
-#: The many-seed profile whose run tells chapter 05 how much a 5-seed bootstrap under-covers, per
-#: profile; a profile without one (smoke, real-mini, paper) shows a note instead.
-COVERAGE_PROFILES = {"demo": "demo-seeds20"}
-
-
-def chapter_parameters(name: str, profile: str) -> dict:
-    """The papermill parameters ``build_book`` passes to chapter ``name`` beside ``profile``."""
-    return {"coverage_profile": COVERAGE_PROFILES.get(profile, "")} if name == "05_crs_bootstrap" else {}
+def chapter_parameters(name: str, profile: Profile) -> dict:
+    """The papermill parameters ``build_book`` passes to chapter ``name`` beside the profile's name: chapter
+    05's ``coverage_profile``, the profile's ``book.coverage_profile`` (``""``: the chapter shows a note)."""
+    return {"coverage_profile": profile.book.coverage_profile or ""} if name == "05_crs_bootstrap" else {}
 
 
 def _finish_executed_copy(path: Path, record: dict) -> None:
@@ -203,60 +210,31 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterR
     return path
 
 
-def _depth_task(profile, pair: tuple[str, str]) -> None:
-    from crsrepro.run.depth import sweep
-
-    sweep(profile, pairs=[pair], merge=False)
-
-
-def _lora_task(profile, cell: tuple[str, str]) -> None:
-    from crsrepro.run.lora import lora_grid
-
-    lora_grid(profile, cells=[cell], merge=False)
-
-
-def precompute_depth_and_lora(profile, *, executor: str = "local", workers: int | None = None,
-                              progress: bool = True) -> None:
-    """Run the depth sweep and the LoRA grid of ``profile`` as keyed tasks on the cores (issue 18).
-
-    Chapters 06 and 07, and every chapter's "paper vs this run" box (through the claims page's
-    measurements), read both; computed inside the first chapter that asks, they ran on one core while
-    the other idled. Here each (encoder, dataset) pair of the sweep and each cell of the LoRA grid is one
-    task (:mod:`crsrepro.run.executor`) that writes its row-sets and merges nothing (parallel tasks rewriting
-    one merged file raced each other's reads), so the chapters only merge them. A task holds the GPU when
-    the profile extracts on one.
-    """
-    from crsrepro.run.depth import default_pairs
-    from crsrepro.run.executor import Task, execute
-    from crsrepro.run.lora import default_cells
-
-    gpu = profile.features.device != "cpu"
-    tasks = [Task(f"lora:{e}:{d}", _lora_task, (profile, (e, d)), gpu=gpu) for e, d in default_cells(profile)]
-    tasks += [Task(f"depth:{e}:{d}", _depth_task, (profile, (e, d)), gpu=gpu) for e, d in default_pairs(profile)]
-    log.info("depth and LoRA: %d tasks", len(tasks))
-    execute(tasks, executor=executor, workers=workers, progress=progress, description="depth and LoRA")
-
-
 def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Path | None = None,
                progress: bool = True) -> Path:
-    """Run the grid where needed, freeze a demo-world profile's frame if it has none (the one explicit
-    freezing step of the book, :func:`crsrepro.run.grid.frame_for_book`), execute every notebook for
-    ``profile`` and build the HTML; return the path of ``index.html``."""
-    from crsrepro.analyse.run_analysis import RunAnalysis
-    from crsrepro.run.grid import frame_for_book
+    """Run every stage of ``profile`` where needed (the grid, the depth sweep and the LoRA grid, on a
+    process pool: :func:`crsrepro.run.stages.run_stages`) and the grid of its ``book.coverage_profile``,
+    freeze a demo-world profile's frame if it has none (the one explicit freezing step of the book,
+    :func:`crsrepro.score.frame.frame_for_book`), execute every notebook for ``profile`` and build the
+    HTML; return the path of ``index.html``. The chapters only read what the stages wrote."""
+    from crsrepro.profiles import load_profile
+    from crsrepro.run.depth import DepthStage
+    from crsrepro.run.grid import GridStage
+    from crsrepro.run.lora import LoraStage
+    from crsrepro.run.stages import run_stages
+    from crsrepro.score.frame import frame_for_book
 
     book_root = _check_book_root(book_root)
-    analysis = RunAnalysis.load(profile, run=True, progress=progress)  # the grid: computes only what is missing
-    frozen = frame_for_book(analysis.profile, analysis.results)
+    loaded = load_profile(profile)
+    results, _, _ = run_stages(loaded, [GridStage(), DepthStage(), LoraStage()], progress=progress)
+    frozen = frame_for_book(loaded, results)
     if frozen:
-        print(f"froze the {analysis.profile.name} reference frame to {frozen} (crsrepro freeze-frame)")
-    coverage = COVERAGE_PROFILES.get(analysis.profile.name)
-    if coverage:  # before the chapters, so that their inputs (its results digest) are settled
-        RunAnalysis.load(coverage, run=True, progress=progress)
-    precompute_depth_and_lora(analysis.profile, progress=progress)
+        print(f"froze the {loaded.name} reference frame to {frozen} (crsrepro freeze-frame)")
+    if loaded.book.coverage_profile:  # before the chapters, so that their inputs (its results digest) are settled
+        run_stages(load_profile(loaded.book.coverage_profile), [GridStage()], progress=progress)
     timings = {}
     for name in list_notebooks(book_root):
-        parameters = chapter_parameters(name, analysis.profile.name)
+        parameters = chapter_parameters(name, loaded)
         key = content_key(**execution_inputs(name, profile=profile, book_root=book_root, parameters=parameters))
         seconds = reusable_seconds(name, key, book_root=book_root)
         if seconds is not None:

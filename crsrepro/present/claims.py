@@ -8,20 +8,24 @@ measures it, the name of the measurement, and its *scope*:
   CRS weights, P(top 3) summing to 3, zero movement under fixed anchors ...), so this run's value is
   compared with the paper's;
 - ``paper``: it names the paper's encoders or datasets (MedGemma's AUROC 0.909 ...), so it is
-  compared only on the ``paper`` profile. On other profiles the table shows this run's *analogue*
-  (e.g. the AUROC of this run's leader), labelled as such and never compared.
+  compared only on a profile that runs the paper's protocol (profile key ``claims.paper_scope``). On
+  other profiles the table shows this run's *analogue* (e.g. the AUROC of this run's leader), labelled
+  as such and never compared.
 
 Three functions make the page:
 
 - :func:`load_claims` reads and validates the file;
-- :func:`measure_claims` gives every measurement the library can make from a results table: those of
-  a :class:`crsrepro.analyse.run_analysis.RunAnalysis` (:mod:`crsrepro.present.measurements`), the object the chapters read;
+- :func:`crsrepro.present.measurements.measure` gives every measurement the library can make from a
+  run's :class:`crsrepro.analyse.run_analysis.RunAnalysis`, the object the chapters read;
 - :func:`claims_table` sets the two side by side, with a status per claim. It never invents a value:
   a measurement that this run did not produce is shown empty, with the chapter that would produce it.
 
+:func:`run_claims` is the page of one run, the three put together and kept on disk; each chapter's
+"paper vs this run" box shows its rows (:func:`crsrepro.present.chapters.paper_vs_run`).
+
 Measurement names
 -----------------
-A measurement is a key of the dict :func:`measure_claims` returns (:mod:`crsrepro.present.measurements`). Per-encoder and per-cell values are
+A measurement is a key of the dict :func:`~crsrepro.present.measurements.measure` returns. Per-encoder and per-cell values are
 keyed ``<quantity>:<encoder>`` or ``<quantity>:<encoder>:<dataset>`` (``aggregate_auroc:medical.medgemma``,
 ``ece:general.dinov2:aptos2019``); pairs ``<quantity>:<a>-<b>``; this run's own leaders ``rank1``,
 ``rank2`` ... (``aggregate_crs:rank1``: the aggregate CRS of this run's CRS leader). Ranges and
@@ -32,7 +36,6 @@ sweep of chapter 06 and the LoRA ones (``lora_*``) from the frozen-vs-LoRA compa
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
@@ -41,10 +44,8 @@ import pandas as pd
 import yaml
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.io import PACKAGE_ROOT
-from crsrepro.profiles import Profile
-
-logger = logging.getLogger(__name__)
+from crsrepro.core.io import PACKAGE_ROOT, atomic_write, content_key, folder_digest, manifest_dir, package_digest
+from crsrepro.present.measurements import measure, multiverse_shares
 
 CLAIMS_PATH = PACKAGE_ROOT.parent / "data_manifests" / "claims.yaml"
 """The claims file of the checkout (the package is installed editable from it)."""
@@ -54,8 +55,6 @@ OPTIONAL = ("analogue", "note")
 SCOPES = ("any", "paper")
 KINDS = ("auroc", "ece", "tau", "rho", "r", "probability", "p_value", "count", "rank", "crs", "weight",
          "fraction", "movement", "overlap", "rank_shift", "auroc_change", "ece_change", "auroc_points")
-NOTEBOOKS = ("00_setup", "01_discrimination", "02_calibration", "03_label_efficiency", "04_robustness",
-             "05_crs_bootstrap", "06_layer_depth", "07_lora")
 STATUSES = ("measured", "paper profile only", "not comparable", "not measured")
 SEED_BOOTSTRAP_MEASURES = ("p_rank1", "p_top3", "crs_diff_ci", "n_p_top3_zero")
 """Measurements that the seed-paired bootstrap produces: comparable only when seeds vary D, C and R."""
@@ -93,12 +92,12 @@ def _check_entry(entry, index: int, path: Path) -> dict:
     missing = [k for k in REQUIRED if k not in entry]
     if missing:
         raise ClaimsError(f"{where}: missing field(s) {', '.join(missing)}")
-    for key in ("id", "source", "gloss", "section"):
+    for key in ("id", "source", "gloss", "section", "notebook"):
         if not isinstance(entry[key], str) or not entry[key].strip():
             raise ClaimsError(f"{where}: {key} must be a non-empty string, got {entry[key]!r}")
     if not _ID.match(entry["id"]):
         raise ClaimsError(f"{where}: id must be snake_case (a-z, 0-9, single underscores), got {entry['id']!r}")
-    choices = {"kind": KINDS, "notebook": NOTEBOOKS, "scope": SCOPES}
+    choices = {"kind": KINDS, "scope": SCOPES}
     for key, allowed in choices.items():
         if entry[key] not in allowed:
             raise ClaimsError(f"{where}: {key} must be one of {', '.join(allowed)}, got {entry[key]!r}")
@@ -130,7 +129,8 @@ def load_claims(path: str | Path | None = None) -> pd.DataFrame:
     ------
     ClaimsError
         The file is missing or not YAML; its version differs; an entry has an unknown or missing
-        field, a bad value, kind, notebook or scope, or repeats an id. The message names the entry.
+        field, a bad value, kind or scope, or repeats an id. The message names the entry. (That every
+        ``notebook`` is a chapter of :data:`crsrepro.present.chapters.CHAPTERS` is a test of the file.)
 
     Examples
     --------
@@ -182,10 +182,10 @@ def format_value(value) -> str:
     return f"{int(value):,}" if value.is_integer() else f"{value:.4g}"
 
 
-def _status(claim, measured: dict, profile_name: str) -> tuple[str, object, str]:
+def _status(claim, measured: dict, paper_scope: bool) -> tuple[str, object, str]:
     """(status, this run's value or None, note) of one claim; see :func:`claims_table`."""
     note = [claim.note] if claim.note else []
-    if claim.scope == "paper" and profile_name != "paper":
+    if claim.scope == "paper" and not paper_scope:
         value = measured.get(claim.analogue) if claim.analogue else None
         if value is not None:
             note.insert(0, f"analogue `{claim.analogue}`: this run's own, not compared")
@@ -203,7 +203,7 @@ def _status(claim, measured: dict, profile_name: str) -> tuple[str, object, str]
     return "not measured", None, "; ".join([f"needs {claim.notebook}: this run has no `{claim.measure}`"] + note)
 
 
-def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str,
+def claims_table(claims: pd.DataFrame, measured: dict, *, paper_scope: bool,
                  multiverse: dict | None = None) -> pd.DataFrame:
     """The claims page: each paper number beside this run's value, with a status.
 
@@ -212,10 +212,11 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str,
     claims : DataFrame
         From :func:`load_claims`.
     measured : dict
-        ``{measurement name: value}`` from :func:`measure_claims` (a value may be a float, a
-        ``(low, high)`` tuple, or None for "not available").
-    profile_name : str
-        The profile the measurements come from; ``paper``-scope claims are compared only on ``paper``.
+        ``{measurement name: value}`` from :func:`crsrepro.present.measurements.measure` and
+        :func:`paper_checks` (a value may be a float, a ``(low, high)`` tuple, or None for "not available").
+    paper_scope : bool
+        Whether the measurements come from a run of the paper's protocol (the profile's
+        ``claims.paper_scope``): ``paper``-scope claims are compared only then.
     multiverse : dict, optional
         ``{measurement name: share}`` (:func:`crsrepro.present.measurements.multiverse_shares`): for a claim that
         depends on an [ours] choice of the CRS, the share of the multiverse of those choices in which this
@@ -229,8 +230,8 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str,
         :func:`format_value`; ``this run`` is empty whenever nothing was measured. ``status`` is
 
         - ``measured``: the measurement is available, and the claim is comparable here (scope ``any``,
-          or scope ``paper`` on the paper profile);
-        - ``paper profile only``: a ``paper``-scope claim on another profile; ``this run`` holds the
+          or scope ``paper`` with ``paper_scope``);
+        - ``paper profile only``: a ``paper``-scope claim without ``paper_scope``; ``this run`` holds the
           claim's analogue when one is named and measured, and is never compared;
         - ``not comparable``: a seed-bootstrap claim (P(rank 1), P(top 3), paired CRS intervals) on a
           run whose seeds do not vary discrimination, calibration and robustness in every cell
@@ -243,14 +244,14 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, profile_name: str,
     >>> claims = load_claims()
     >>> claims = claims[claims["id"].isin(["n_runs", "auroc_medgemma", "lora_rank"])]
     >>> table = claims_table(claims, {"paper_grid_runs": 17575, "aggregate_auroc:rank1": 0.87},
-    ...                      profile_name="demo")
+    ...                      paper_scope=False)
     >>> table[["id", "paper value", "this run", "status"]].values.tolist()  # doctest: +NORMALIZE_WHITESPACE
     [['n_runs', '17,575', '17,575', 'measured'], ['auroc_medgemma', '0.909', '0.87', 'paper profile only'],
      ['lora_rank', '8', '', 'not measured']]
     """
     rows = []
     for claim in claims.itertuples(index=False):
-        status, value, note = _status(claim, measured, profile_name)
+        status, value, note = _status(claim, measured, paper_scope)
         row = {"id": claim.id, "claim": claim.gloss, "source": claim.source,
                "paper value": format_value(claim.value), "this run": format_value(value),
                "notebook": claim.notebook, "status": status, "note": note}
@@ -298,14 +299,61 @@ def reversed_pairs_for_tau(tau: float, n_encoders: int, *, decimals: int = 3) ->
     return found[0]
 
 
-def _paper_value(claim_id: str) -> float:
-    return load_claims().set_index("id").loc[claim_id, "value"]
+def paper_checks(claims: pd.DataFrame) -> dict:
+    """The measurements that check the paper's numbers against each other rather than against a run:
+    the reversed pairs that the paper's Kendall tau implies over its panel (DESIGN.md section 10:
+    tau = 0.600 over 15 encoders means exactly 21 of 105 pairs reversed).
+
+    >>> paper_checks(load_claims())
+    {'reversed_pairs_for_paper_tau': 21}
+    """
+    from crsrepro.profiles import load_profile
+
+    tau = claims.set_index("id").loc["auroc_crs_kendall_tau", "value"]
+    return {"reversed_pairs_for_paper_tau": reversed_pairs_for_tau(tau, len(load_profile("paper").encoders))}
 
 
-def measure_claims(profile: Profile | str, results: pd.DataFrame, *, manifest_dir: str | Path | None = None,
-                   rng: int = 0) -> dict:
-    """Every measurement the claims file names that ``results`` support: the measurements of a
-    :class:`crsrepro.analyse.run_analysis.RunAnalysis` of them (:func:`crsrepro.present.measurements.measure`)."""
-    from crsrepro.analyse.run_analysis import RunAnalysis
+def claims_key(analysis) -> str | None:
+    """The key of a run's cached claims table: the row-sets of the results
+    (:attr:`~crsrepro.analyse.run_analysis.RunAnalysis.results_hash`), the profile's fingerprint, every
+    file in the manifest folder (frozen frame, splits, the claims ledger), every file of the package and
+    the resampling seed. None for a table built by hand (no row-sets): such a table is never cached."""
+    if "rowset" not in analysis.results.columns and not analysis.results.attrs.get("keys_hash"):
+        return None
+    return content_key(results=analysis.results_hash, profile=analysis.profile.fingerprint(), rng=analysis.rng,
+                       manifests=folder_digest(manifest_dir(analysis.manifest_dir)), package=package_digest())
 
-    return RunAnalysis(profile, results, manifest_dir=Path(manifest_dir) if manifest_dir else None, rng=rng).measurements
+
+def run_claims(analysis) -> pd.DataFrame:
+    """The claims page of one run: :func:`claims_table` of the claims file and the run's measurements
+    (:func:`crsrepro.present.measurements.measure`, with :func:`paper_checks`), compared with the paper
+    when the profile's ``claims.paper_scope`` says so, with the multiverse share of the claims that depend
+    on an [ours] choice of the CRS (:attr:`~crsrepro.analyse.run_analysis.RunAnalysis.multiverse`).
+
+    Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim takes
+    minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run from the
+    grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :func:`claims_key`: the first chapter
+    computes it, the others read it.
+    """
+    key = claims_key(analysis)
+    path = Path(analysis.profile.output_path) / "claims" / f"{key}.pkl" if key else None
+    if path is not None and path.is_file():
+        return pd.read_pickle(path)
+    claims = load_claims()
+    table = claims_table(claims, measure(analysis) | paper_checks(claims),
+                         paper_scope=analysis.profile.claims.paper_scope,
+                         multiverse=multiverse_shares(analysis.multiverse))
+    if path is not None:
+        atomic_write(path, lambda f: table.to_pickle(f))
+    return table
+
+
+def status_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """How many claims of a claims table (:func:`run_claims`) each chapter has in each status.
+
+    >>> table = pd.DataFrame({"notebook": ["00_setup", "00_setup", "02_calibration"],
+    ...                       "status": ["measured", "not measured", "measured"]})
+    >>> status_counts(table).to_dict("index")
+    {'00_setup': {'measured': 1, 'not measured': 1}, '02_calibration': {'measured': 1, 'not measured': 0}}
+    """
+    return table.groupby(["notebook", "status"]).size().unstack(fill_value=0)

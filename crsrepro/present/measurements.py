@@ -3,10 +3,11 @@
 :func:`measure` returns ``{measurement name: value}`` for every quantity the claims file
 (:mod:`crsrepro.present.claims`) names and this run supports. Each value is read from the same analysis
 object the chapters read (its cached tables and analyses), so a chapter and the claims page always
-show the same number. Measurement names are described in :mod:`crsrepro.present.claims`. An analysis that the
-results cannot support (too few encoders, no transfer set, no encoder with depth taps ...) is left out and
-logged, never filled in. The layer-depth and LoRA measurements read :attr:`RunAnalysis.depth` and
-:attr:`RunAnalysis.lora`, which run the depth sweep and the LoRA grid for what is not cached yet.
+show the same number. Measurement names are described in :mod:`crsrepro.present.claims`, which sets them
+beside the paper's (:func:`crsrepro.present.claims.run_claims`). An analysis that the results cannot support
+(too few encoders, no transfer set, no encoder with depth taps ...) is left out and logged, never filled in.
+The layer-depth and LoRA measurements read :attr:`RunAnalysis.depth` and :attr:`RunAnalysis.lora`: the tables
+the depth sweep and the LoRA grid stored.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.analyse.run_analysis import RunAnalysis
-from crsrepro.present.claims import _paper_value, reversed_pairs_for_tau
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import manifest_dir as default_manifest_dir
+from crsrepro.core.vocab import CLEAN, MEDICAL_FAMILIES
 from crsrepro.profiles import Profile, load_profile
-from crsrepro.core.vocab import MEDICAL_FAMILIES
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +55,14 @@ def _worked_examples() -> dict:
 
 
 def _protocol_measures() -> dict:
-    """What the paper's protocol fixes, read from the paper profile, the run grid, the paper's LoRA plan
-    (:data:`crsrepro.run.lora.PLANS`) and the library's defaults."""
-    from crsrepro.score.crs import DEFAULT_WEIGHTS
-    from crsrepro.data import DATASETS
-    from crsrepro.run.grid import cells, enumerate_runs
-    from crsrepro.run.lora import PLANS, finetune
+    """What the paper's protocol fixes, read from the paper profile (its grid and its ``lora`` plan), the
+    run grid and the library's defaults."""
     from crsrepro.core.metrics import expected_calibration_error
-    from crsrepro.fit.probes import KNNProbe
+    from crsrepro.data import DATASETS
+    from crsrepro.fit.controls import KNNProbe
+    from crsrepro.run.grid import cells, enumerate_runs
+    from crsrepro.run.lora import LoraParams
+    from crsrepro.score.crs import DEFAULT_WEIGHTS
 
     paper = load_profile("paper")
     runs = enumerate_runs(paper)
@@ -81,10 +81,8 @@ def _protocol_measures() -> dict:
         "paper_control_probes": len(paper.control_probes.probes),
         "knn_k": inspect.signature(KNNProbe).parameters["k"].default,
         "ece_bins": inspect.signature(expected_calibration_error).parameters["n_bins"].default,
-        "lora_rank": inspect.signature(finetune).parameters["rank"].default,
-        "lora_alpha": inspect.signature(finetune).parameters["alpha"].default,
-        "lora_epochs": PLANS["paper"].epochs, "lora_seeds": PLANS["paper"].n_seeds,
-        "reversed_pairs_for_paper_tau": reversed_pairs_for_tau(_paper_value("auroc_crs_kendall_tau"), n),
+        "lora_rank": LoraParams().rank, "lora_alpha": LoraParams().alpha,
+        "lora_epochs": paper.lora.epochs, "lora_seeds": paper.lora.n_seeds,
         **{f"crs_weight:{component}": weight for component, weight in DEFAULT_WEIGHTS.items()},
         **{f"n_labels:{name}": len(spec.label_names) for name, spec in DATASETS.items()},
         **_worked_examples(),
@@ -97,7 +95,7 @@ def _image_counts(profile: Profile, manifest_dir) -> dict:
 
     out = {}
     for dataset in profile.all_datasets():
-        path = manifest_path(default_manifest_dir(manifest_dir), dataset, profile.name)
+        path = manifest_path(default_manifest_dir(manifest_dir), dataset, profile.manifests.name)
         if path.is_file():
             out[f"n_images:{dataset}"] = len(pd.read_csv(path, dtype=str, keep_default_na=False))
     return out
@@ -221,7 +219,7 @@ def _label_efficiency_measures(a: RunAnalysis) -> dict:
 
     correlations = a.aulc_vs_retention.correlations
     out = {f"{m}_rho:{level}": correlations.loc[m, level] for m in ("aulc", "retention") for level in ("encoder", "cell")}
-    clean = select_runs(a.runs, condition="clean")
+    clean = select_runs(a.runs, condition=CLEAN)
     curve = clean.groupby(["encoder", "dataset", "label_fraction"])["auroc"].mean()
     if 0.01 not in curve.index.get_level_values("label_fraction"):
         return out
@@ -252,7 +250,7 @@ def _depth_measures(a: RunAnalysis) -> dict:
     AUROC points [ours: the paper gives one best depth and one range of gains per encoder, without
     saying over what they range].
     """
-    from crsrepro.run.depth import curve, intermediate_wins
+    from crsrepro.analyse.depth import curve, intermediate_wins
 
     table = a.depth
     wins, n_pairs = intermediate_wins(table)
@@ -281,14 +279,10 @@ def _lora_measures(a: RunAnalysis) -> dict:
     return out | {f"lora_rank:{encoder}": rank for encoder, rank in crs.ranks["rank_b"].items()}
 
 
-MEASURES = (
-    (_ranking_measures, "05_crs_bootstrap"), (_bootstrap_measures, "05_crs_bootstrap"),
-    (_insertion_measures, "05_crs_bootstrap"), (_validity_measures, "05_crs_bootstrap"),
-    (_calibration_measures, "02_calibration"), (_degradation_measures, "04_robustness"),
-    (_transfer_measures, "04_robustness"), (_label_efficiency_measures, "03_label_efficiency"),
-    (_depth_measures, "06_layer_depth"), (_lora_measures, "07_lora"),
-)
-"""The analyses of the results table, with the chapter each belongs to."""
+MEASURES = (_ranking_measures, _bootstrap_measures, _insertion_measures, _validity_measures, _calibration_measures,
+            _degradation_measures, _transfer_measures, _label_efficiency_measures, _depth_measures, _lora_measures)
+"""The analyses of the run that the claims page reads, each a function of its :class:`RunAnalysis`
+(the claims file's ``notebook`` field says which chapter shows each claim)."""
 
 
 def _plain(value):
@@ -308,12 +302,12 @@ def measure(a: RunAnalysis) -> dict:
         3,515 rows and 43 cells, from :func:`crsrepro.run.grid.enumerate_runs`) are always there.
     """
     measured = _protocol_measures() | _image_counts(a.profile, a.manifest_dir)
-    for analysis, chapter in MEASURES:
+    for analysis in MEASURES:
         try:
             measured |= analysis(a)
         except CrsreproError as exc:  # the results cannot support this analysis: say so, measure the rest
-            logger.warning("claims: %s (%s) measured nothing on profile %s: %s", analysis.__name__.strip("_"),
-                           chapter, a.profile.name, exc)
+            logger.warning("claims: %s measured nothing on profile %s: %s", analysis.__name__.strip("_"),
+                           a.profile.name, exc)
     return {name: _plain(value) for name, value in measured.items()}
 
 
@@ -331,8 +325,8 @@ PAPER_DIRECTIONS = {
 
 def multiverse_shares(table: pd.DataFrame) -> dict:
     """``{measurement name: share of the multiverse in which this run agrees with the paper's
-    direction}`` for the claims of :data:`PAPER_DIRECTIONS` (issue 15: the claims page's multiverse
-    column). A combination whose statistic is undefined (NaN) counts as not agreeing."""
+    direction}`` for the claims of :data:`PAPER_DIRECTIONS` (DESIGN.md section 14: the claims page's
+    multiverse column). A combination whose statistic is undefined (NaN) counts as not agreeing."""
     out = {}
     for measure, (_, agrees) in PAPER_DIRECTIONS.items():
         needed = {"auroc_crs_kendall_tau": ["kendall_tau"], "auroc_crs_reversed_pairs": ["reversed_pairs"]}.get(

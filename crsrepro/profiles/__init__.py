@@ -1,7 +1,10 @@
 """Profiles: one YAML file names everything a run depends on (DESIGN.md section 2).
 
 A profile names the datasets, the encoders, the seeds, the label fractions, the perturbations, the
-probe budget, the bootstrap size and the output folders. Profiles ship as
+probe budget, the bootstrap size and the output folders, and what differs between profiles beyond the
+grid: the depth-sweep pairs, the LoRA plan, the name the split manifests carry, whether the claims page
+compares with the paper, and the book's coverage run. Behaviour is read from these keys, never from a
+profile's name, so a copy of ``paper.yaml`` under another name runs the paper's protocol. Profiles ship as
 ``crsrepro/profiles/{demo,smoke,paper,real-mini}.yaml``; a profile may ``include`` another and override
 keys. :func:`load_profile` is the only way to read one: it validates every key once (an unknown key, a
 missing one or a bad value raises :class:`~crsrepro.core.errors.ProfileError` naming the file and the key),
@@ -30,12 +33,11 @@ from typing import Any
 import yaml
 
 from crsrepro.core.errors import ProfileError
-from crsrepro.core.vocab import CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, U_POLICIES
 from crsrepro.core.schema import condition_name
+from crsrepro.core.vocab import (CLEAN, CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, PROBE_BACKENDS,
+                                 SEVERITIES, U_POLICIES)
 
 PROFILE_DIR = Path(__file__).parent
-PERTURBATION_NAMES = PERTURBATIONS
-PROBE_BACKENDS = ("torch", "sklearn")
 DATA_SOURCES = ("demo_world", "local")
 C_SELECTIONS = ("nested_val", "full_val")
 
@@ -46,6 +48,10 @@ def _is_int(v):
 
 def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_encoder_id(v):
+    return isinstance(v, str) and "." in v
 
 
 def _choice(options):
@@ -86,6 +92,9 @@ _transfer = _scalar(
     "a mapping from a training dataset id to a transfer dataset id or a list of them",
 )
 _TRAINABLE = tuple(d for d in DATASET_IDS if d != "mimic_cxr")
+_pairs = _scalar(lambda v: isinstance(v, list) and len(v) > 0 and all(
+    isinstance(p, list) and len(p) == 2 and _is_encoder_id(p[0]) and p[1] in _TRAINABLE for p in v),
+    f"a non-empty list of [encoder id, dataset id] pairs (datasets among {', '.join(_TRAINABLE)}) or null")
 
 # The schema: a nested dict whose leaves are checks. Every key a profile may hold is listed here.
 SCHEMA: dict[str, Any] = {
@@ -108,11 +117,12 @@ SCHEMA: dict[str, Any] = {
     "datasets": _list_of(lambda x: x in _TRAINABLE, f"ids among {', '.join(_TRAINABLE)}"),
     "transfer": _transfer,
     "robustness_transfer": _list_of(lambda x: x in DATASET_IDS, "transfer dataset ids", nonempty=False),
-    "encoders": _list_of(lambda x: isinstance(x, str) and "." in x, "encoder ids (namespace.name)"),
+    "encoders": _list_of(_is_encoder_id, "encoder ids (namespace.name)"),
     "seeds": _list_of(lambda x: _is_int(x) and x >= 0, "non-negative integers"),
     "label_fractions": _fraction_list,
-    "perturbations": _list_of(lambda x: x in PERTURBATION_NAMES, f"perturbations among {', '.join(PERTURBATION_NAMES)}", nonempty=False),
-    "severities": _list_of(lambda x: x in (1, 2, 3), "severities in 1..3", nonempty=False),
+    "perturbations": _list_of(lambda x: x in PERTURBATIONS, f"perturbations among {', '.join(PERTURBATIONS)}", nonempty=False),
+    "severities": _list_of(lambda x: x in SEVERITIES, f"severities among {', '.join(map(str, SEVERITIES))}",
+                           nonempty=False),
     "canonical_size": _optional_pos_int,
     "probe": {
         "backend": _choice(PROBE_BACKENDS),
@@ -130,6 +140,12 @@ SCHEMA: dict[str, Any] = {
     },
     "features": {"cache_dir": _str, "batch_size": _pos_int, "num_workers": _nonneg_int, "device": _str},
     "bootstrap": {"n_resamples": _pos_int, "n_case_resamples": _pos_int},
+    "depth": {"pairs": _pairs},
+    "lora": {"n_seeds": _pos_int, "label_fractions": _fraction_list, "epochs": _pos_int,
+             "exclude": _list_of(_is_encoder_id, "encoder ids (namespace.name)", nonempty=False)},
+    "manifests": {"name": _scalar(lambda v: isinstance(v, str), "a string (empty: <dataset>.csv) or null")},
+    "claims": {"paper_scope": _scalar(lambda v: isinstance(v, bool), "true or false")},
+    "book": {"coverage_profile": _scalar(lambda v: isinstance(v, str) and v != "", "a profile name or null")},
     "output_dir": _str,
 }
 #: The documented defaults of the keys a profile may leave out (a whole section, or keys in one).
@@ -144,6 +160,18 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
     # None: the controls run on every label fraction and condition (the paper's "both control probes")
     "control_probes": {"label_fractions": None, "conditions": None},
+    # The sections below may be left out whole. None: every cell of an encoder with depth taps is swept.
+    "depth": {"pairs": None},
+    # [ours] the demo's LoRA plan (paper.yaml sets the paper's, DESIGN.md section 11): 1 seed (36 fine-tunes,
+    # about 20 minutes of a 2-core CPU shared with the rest of the book; 2 seeds doubled it), 25 % and 100 %
+    # labels (the fewest fractions that give a retention), 2 epochs, and the six TinyCNN / ViT networks
+    # without EfficientNet-Lite0 (its LoRA step runs at ~37 img/s on one CPU thread against ~200 for the
+    # others, benchmarks/lora.py, and its forward at 129 img/s against 1,180: it alone would take about
+    # half of the demo's LoRA time)
+    "lora": {"n_seeds": 1, "label_fractions": [0.25, 1.0], "epochs": 2, "exclude": ["demo.effnet_lite0"]},
+    "manifests": {"name": None},  # None: the profile's name
+    "claims": {"paper_scope": False},
+    "book": {"coverage_profile": None},  # None: chapter 05 shows a note instead of the coverage check
 }
 
 _VAR = re.compile(r"\$\{(\w+)\}")
@@ -211,9 +239,50 @@ class BootstrapSection:
     n_case_resamples: int = 1000
 
 
+@dataclass(frozen=True)
+class DepthSection:
+    """``depth``: the (encoder, dataset) pairs of the layer-depth sweep (DESIGN.md section 11)."""
+
+    pairs: tuple | None  #: ((encoder, dataset), ...); None: every cell of an encoder with depth taps
+
+
+@dataclass(frozen=True)
+class LoraSection:
+    """``lora``: the LoRA plan (DESIGN.md section 11): the first ``n_seeds`` seeds, the label fractions
+    (those the profile has), the epochs of every fine-tune, and the adaptable encoders left out."""
+
+    n_seeds: int
+    label_fractions: tuple
+    epochs: int
+    exclude: tuple
+
+
+@dataclass(frozen=True)
+class ManifestsSection:
+    """``manifests``: the name the split manifests carry, ``<dataset>_<name>.csv`` (``<dataset>.csv``
+    when empty; the paper's manifests are named so)."""
+
+    name: str  #: resolved: the profile's name when the key is left out
+
+
+@dataclass(frozen=True)
+class ClaimsSection:
+    """``claims``: whether the claims page sets the paper's own-profile claims beside this run's."""
+
+    paper_scope: bool  #: true only for a run of the paper's protocol
+
+
+@dataclass(frozen=True)
+class BookSection:
+    """``book``: what ``crsrepro book`` runs beside the profile's own stages."""
+
+    coverage_profile: str | None  #: the many-seed profile whose grid chapter 05's coverage check reads
+
+
 _SECTION_TYPES = {"data": DataSection, "demo_world": DemoWorldSection, "probe": ProbeSection,
                   "control_probes": ControlProbesSection, "features": FeaturesSection,
-                  "bootstrap": BootstrapSection}
+                  "bootstrap": BootstrapSection, "depth": DepthSection, "lora": LoraSection,
+                  "manifests": ManifestsSection, "claims": ClaimsSection, "book": BookSection}
 
 
 def _frozen(value):
@@ -245,6 +314,11 @@ class Profile:
     control_probes: ControlProbesSection
     features: FeaturesSection
     bootstrap: BootstrapSection
+    depth: DepthSection
+    lora: LoraSection
+    manifests: ManifestsSection
+    claims: ClaimsSection
+    book: BookSection
     output_dir: str
     config: dict = dataclasses.field(repr=False, compare=False)  #: the merged YAML, as validated
 
@@ -253,6 +327,8 @@ class Profile:
         sections = {key: (None if config.get(key) is None else
                           kind(**{k: _frozen(v) for k, v in config[key].items()}))
                     for key, kind in _SECTION_TYPES.items()}
+        if sections["manifests"].name is None:
+            sections["manifests"] = ManifestsSection(config["name"])
         transfer = {k: tuple([v] if isinstance(v, str) else v) for k, v in config["transfer"].items()}
         targets = [t for ts in transfer.values() for t in ts]
         robustness = config["robustness_transfer"]
@@ -305,7 +381,7 @@ class Profile:
 
     def conditions(self) -> list[str]:
         """The test conditions: ``clean`` then ``<perturbation>@<severity>`` (DESIGN.md section 7)."""
-        return ["clean"] + [condition_name(p, s) for p in self.perturbations for s in self.severities]
+        return [CLEAN] + [condition_name(p, s) for p in self.perturbations for s in self.severities]
 
     def fingerprint(self) -> str:
         """The content key of the validated configuration (what a results table was computed for)."""
@@ -369,12 +445,15 @@ def _resolve_includes(data: dict, path: Path, seen: tuple = ()) -> dict:
 
 
 def _with_defaults(config: dict) -> dict:
-    """``config`` with every optional key of :data:`DEFAULTS` filled in (sections key by key)."""
+    """``config`` with every optional key of :data:`DEFAULTS` filled in (sections key by key; a section
+    whose every key has a default may be left out whole)."""
     out = copy.deepcopy(config)
     for key, default in DEFAULTS.items():
         if key in _SECTIONS and isinstance(default, dict):
             if isinstance(out.get(key), dict):
                 out[key] = {**default, **out[key]}
+            elif key not in out and set(default) == set(SCHEMA[key]):
+                out[key] = copy.deepcopy(default)
         else:
             out.setdefault(key, copy.deepcopy(default))
     return out
@@ -447,3 +526,8 @@ def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | 
     if 1.0 not in data["label_fractions"]:
         raise ProfileError(f"profile {where}: key label_fractions must include 1.0 (the full-label reference)")
     return Profile.from_config(data, str(path))
+
+
+def as_profile(profile: Profile | str | os.PathLike) -> Profile:
+    """``profile`` itself, or :func:`load_profile` of a name or path (for functions that take either)."""
+    return profile if isinstance(profile, Profile) else load_profile(profile)

@@ -1,11 +1,12 @@
-"""Running the run grid's keyed tasks: in this process, on a process pool, or on Dask (DESIGN.md section 13).
+"""Running the stages' keyed tasks: in this process, on a process pool, or on Dask (DESIGN.md section 13).
 
-:func:`crsrepro.run.grid.run_grid` plans the grid as a list of :class:`Task`: per (encoder, dataset) cell
-with work left, one *extraction task* (the cell's feature arrays into the content-addressed feature
-cache) and, after it, one *probe task* per (seed, probe) unit (fit, score, write its row-set). A task
-is a pure function of its arguments whose effect is a keyed file, so running it twice, in any order
-or on any machine, writes the same bytes; a task depends on at most one other (a probe task on its
-cell's extraction task) and returns nothing the next task needs: it reads the files.
+Every stage (:mod:`crsrepro.run.stages`) plans its work as a list of :class:`Task`. The grid
+(:class:`crsrepro.run.grid.GridStage`): per (encoder, dataset) cell with work left, one *extraction task*
+(the cell's feature arrays into the content-addressed feature cache) and, after it, one *probe task* per
+(seed, probe) unit (fit, score, write its row-set); the depth sweep and the LoRA grid: one task per pair
+or cell. A task is a pure function of its arguments whose effect is a keyed file, so running it twice, in
+any order or on any machine, writes the same bytes; a task depends on at most one other (a probe task on
+its cell's extraction task) and returns nothing the next task needs: it reads the files.
 
 Executors
 ---------

@@ -1,14 +1,16 @@
-"""LoRA fine-tuning as the ``regime="lora"`` axis of the run grid (DESIGN.md section 11, issue 13).
+"""LoRA fine-tuning as the ``regime="lora"`` axis of the run grid (DESIGN.md section 11).
 
 :func:`finetune` adapts one encoder to one dataset for one seed and label fraction: peft LoRA adapters
 (rank 8, alpha 16) on the layers :func:`lora_targets` names (the attention projections of
 transformers, the ``Conv2d`` layers of CNNs), a linear head on the ``final`` embedding, AdamW at a
 constant learning rate, and a *fixed budget per encoder*: the same epochs and batch size for every
-encoder [ours]. The base network stays in eval mode (BatchNorm statistics and dropout frozen [ours]),
-its weights never receive a gradient and are unchanged bit for bit; only the adapters and the head train.
+encoder [ours]. Everything a fine-tune trains with is one :class:`LoraParams`, and its fields derive the
+keys, so a changed default is never served a stale row-set or checkpoint. The base network stays in eval
+mode (BatchNorm statistics and dropout frozen [ours]), its weights never receive a gradient and are
+unchanged bit for bit; only the adapters and the head train.
 
 It trains on the seed's train split at the label fraction (the grid's label subsets,
-:class:`crsrepro.run.grid._Unit`), clean images at their stored size, like the frozen probe's pool.
+:class:`crsrepro.run.units.Unit`), clean images at their stored size, like the frozen probe's pool.
 After every epoch the adapters, the head and the optimiser state are saved under
 ``<output_dir>/lora/checkpoints/<key>/epoch_<k>.pt`` (atomically); a killed run resumes from the last
 one, and since each epoch's batch order is a function of (seed, epoch) alone and the learning rate is
@@ -17,20 +19,22 @@ A longer budget continues from a shorter one's checkpoints.
 
 :func:`score` embeds the test split under every condition of the profile (and each transfer set:
 MIMIC-CXR for CheXpert) with the *fine-tuned* network and scores the head through the grid unit's own
-scoring (:meth:`crsrepro.run.grid._Unit._scored`: AUROC, ECE, classwise ECE, and at 100 % labels the four
+scoring (:meth:`crsrepro.run.units.Unit.score`: AUROC, ECE, classwise ECE, and at 100 % labels the four
 recalibrators fitted on the seed's val split, temperature scaling among them), into tidy rows with
-``regime="lora"``. :func:`lora_grid` runs cells x seeds x fractions into
-``<output_dir>/lora/`` (a :class:`~crsrepro.run.results.ResultStore`), and :func:`compare` sets the
-LoRA ranking against the frozen one (chapter 07).
+``regime="lora"``. :class:`LoraStage` runs cells x seeds x fractions (the profile's ``lora`` plan) into
+``<output_dir>/lora/`` as a stage of :func:`crsrepro.run.stages.run_stages`; the comparison with the
+frozen ranking is :mod:`crsrepro.analyse.lora` (chapter 07).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pandas as pd
@@ -40,43 +44,18 @@ from torch import nn
 from crsrepro.core import __version__
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import atomic_write, content_key, git_hash
-from crsrepro.profiles import Profile
-from crsrepro.run.results import CACHE_VERSION, ResultStore
+from crsrepro.core.schema import FINAL, LORA
 from crsrepro.core.vocab import CLEAN, LINEAR
+from crsrepro.profiles import Profile, as_profile, load_profile
+from crsrepro.run import units, views
+from crsrepro.run.executor import Task
+from crsrepro.run.results import CACHE_VERSION, ResultStore
+from crsrepro.run.stages import holds_gpu
+from crsrepro.run.units import Unit, case_arrays, feature_requests, labels_key, layer_feature_keys
 
 log = logging.getLogger(__name__)
 
 STAGE = "lora"
-LORA_DROPOUT = 0.0  # [ours] no dropout on the adapters: the paper names none
-DEFAULT_LR = 1e-3  # [ours] AdamW learning rate, constant (no schedule: a resumed run equals an uninterrupted one)
-DEFAULT_WEIGHT_DECAY = 1e-2  # [ours] AdamW's default
-DEFAULT_BATCH_SIZE = 32  # [ours] on the CPU; the GPU protocol uses 128 (benchmarks/lora.py)
-
-
-@dataclass(frozen=True)
-class LoraPlan:
-    """What :func:`lora_grid` runs for a profile: the first ``n_seeds`` seeds, these label fractions,
-    ``epochs`` per fine-tune, and the adaptable encoders left out (``exclude``)."""
-
-    n_seeds: int
-    fractions: tuple[float, ...]
-    epochs: int
-    exclude: tuple[str, ...] = ()
-
-
-PLANS = {
-    "paper": LoraPlan(n_seeds=3, fractions=(0.01, 0.05, 0.10, 0.25, 1.0), epochs=8),
-    "demo": LoraPlan(n_seeds=1, fractions=(0.25, 1.0), epochs=2, exclude=("demo.effnet_lite0",)),
-    "smoke": LoraPlan(n_seeds=2, fractions=(0.25, 1.0), epochs=1),
-}
-"""Per profile, the LoRA protocol. ``paper``: DESIGN.md section 11 (3 seeds, 8 epochs, full labels and
-the 1/5/10/25 % fractions [ours: inferred]). ``demo`` [ours]: 1 seed (36 fine-tunes, about 20 minutes
-of a 2-core CPU shared with the rest of the book; 2 seeds doubled it), 25 % and 100 % labels (the
-fewest fractions that give a retention), 2 epochs, and the six TinyCNN / ViT networks without
-EfficientNet-Lite0 (its LoRA step runs at ~37 img/s on one CPU thread against ~200 for the others,
-``benchmarks/lora.py``, and its forward at 129 img/s against 1,180: it alone would take about half of
-the demo's LoRA time), to fit the book's CPU budget. ``smoke``: 2 seeds, 1 epoch, every network.
-A profile not named here uses the demo plan."""
 
 
 class LoraError(CrsreproError, ValueError):
@@ -108,6 +87,62 @@ def adaptable(encoders) -> list[str]:
     return [e for e in encoders if e in LORA_TARGETS]
 
 
+@dataclass(frozen=True)
+class LoraParams:
+    """What one fine-tune trains with (DESIGN.md section 11). :func:`finetune` receives it, and its fields
+    derive the checkpoint key (:meth:`training`) and the row-set key (:func:`rowset_key`).
+
+    Attributes
+    ----------
+    epochs : int
+        The budget, the same for every encoder (the paper: 8; a profile's ``lora.epochs``).
+    rank, alpha : int
+        LoRA rank and scaling (the paper: 8 and 16).
+    dropout : float
+        [ours] Dropout on the adapters: none, the paper names none.
+    lr, weight_decay : float
+        [ours] AdamW at a constant learning rate (no schedule: a resumed run equals an uninterrupted one);
+        the weight decay is AdamW's default.
+    batch_size : int
+        [ours] 32 on the CPU; the GPU protocol uses 128 (``benchmarks/lora.py``).
+    accumulation_steps : int
+        Batches whose gradients are summed before a step (the GPU path's large effective batch).
+    target_modules : tuple of str, optional
+        The adapted modules; None: the encoder's declared targets (:func:`lora_targets`).
+    """
+
+    epochs: int = 8
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    batch_size: int = 32
+    accumulation_steps: int = 1
+    target_modules: tuple | None = None
+
+    def resolved(self, spec) -> "LoraParams":
+        """These parameters with ``target_modules`` filled in for the encoder of ``spec``."""
+        if self.target_modules is not None:
+            return self
+        return dataclasses.replace(self, target_modules=tuple(lora_targets(spec)))
+
+    def training(self) -> dict:
+        """What decides the weights after each epoch (every field but the budget, ``epochs``, so that a
+        longer budget continues from a shorter one's checkpoints), with the optimiser and schedule that
+        :func:`train` implements."""
+        if self.target_modules is None:
+            raise LoraError("LoRA parameters without target modules: resolve them for an encoder first")
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "epochs"}
+        return {**fields, "target_modules": list(self.target_modules), "optimiser": "AdamW", "schedule": "constant"}
+
+
+def rowset_key(unit_key: str, fraction: float, params: LoraParams) -> str:
+    """A LoRA row-set's key: the frozen grid unit's key (every feature, split, label and probe input), the
+    label fraction and every field of the (resolved) fine-tune parameters."""
+    return content_key(stage=STAGE, unit=unit_key, fraction=fraction, epochs=params.epochs, **params.training())
+
+
 # --------------------------------------------------------------------------- the fine-tuned model
 
 @dataclass
@@ -118,8 +153,8 @@ class FineTuned:
     encoder: object  # the adapted copy of the encoder
     head: nn.Linear
     task: str
-    epochs: int
-    params: dict
+    params: LoraParams
+    key: str | None = None  # the checkpoint key (finetune's), None for a bare train()
     train_seconds: float = np.nan
     images_per_second: float = np.nan
     resumed_from: int = 0
@@ -160,17 +195,19 @@ def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k.replace("base_layer.", ""): v.detach().clone() for k, v in model.state_dict().items() if "lora_" not in k}
 
 
-def adapt(encoder, *, rank: int = 8, alpha: int = 16, seed: int = 0):
-    """A copy of ``encoder`` with LoRA adapters injected (peft), its base frozen; the encoder is untouched.
+def adapt(encoder, params: LoraParams = LoraParams(), *, seed: int = 0):
+    """A copy of ``encoder`` with LoRA adapters injected (peft) as ``params`` say, its base frozen; the
+    encoder is untouched.
 
     The adapters' initialisation is seeded by ``seed`` (peft: A random, B zero, so the adapted network
     starts equal to the base).
     """
     from peft import LoraConfig, inject_adapter_in_model
 
+    params = params.resolved(encoder.spec)
     adapted = copy.deepcopy(encoder)
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=LORA_DROPOUT, target_modules=lora_targets(encoder.spec),
-                        bias="none")
+    config = LoraConfig(r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
+                        target_modules=list(params.target_modules), bias="none")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         inject_adapter_in_model(config, adapted.model)
@@ -185,43 +222,39 @@ def _embed(encoder, x_uint8: torch.Tensor) -> torch.Tensor:
     the same layer); bf16 autocast on a GPU."""
     x = encoder.preprocess(x_uint8.to(encoder.device, non_blocking=True))
     if encoder.device.type != "cuda":
-        return encoder._forward_layers(x, ("final",))["final"].float()
+        return encoder._forward_layers(x, (FINAL,))[FINAL].float()
     with torch.autocast("cuda", dtype=torch.bfloat16):
-        return encoder._forward_layers(x.contiguous(memory_format=torch.channels_last), ("final",))["final"].float()
+        return encoder._forward_layers(x.contiguous(memory_format=torch.channels_last), (FINAL,))[FINAL].float()
 
 
 def _load_images(spec, images: pd.DataFrame, conditions, canonical_size, batch_size: int = 64, num_workers: int = 0):
     """``uint8 [N, C, 3, S, S]``: every image under every condition, resized for ``spec`` (the feature
-    extractor's own dataset, :class:`crsrepro.extract.features._ConditionedImages`)."""
+    extractor's own dataset, :class:`crsrepro.extract.features.ConditionedImages`)."""
     from torch.utils.data import DataLoader
 
-    from crsrepro.extract.features import _ConditionedImages
+    from crsrepro.extract.features import ConditionedImages
 
-    data = _ConditionedImages(images["image_id"].astype(str).tolist(), images["path"].astype(str).tolist(),
-                              conditions=conditions, canonical_size=canonical_size, spec=spec)
+    data = ConditionedImages(images["image_id"].astype(str).tolist(), images["path"].astype(str).tolist(),
+                             conditions=conditions, canonical_size=canonical_size, spec=spec)
     return torch.cat(list(DataLoader(data, batch_size=batch_size, num_workers=num_workers)))
 
 
-def _n_outputs(view) -> int:
-    return len(view.label_names)
-
-
-def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_outputs: int, seed: int, epochs: int,
-          lr: float = DEFAULT_LR, weight_decay: float = DEFAULT_WEIGHT_DECAY, batch_size: int = DEFAULT_BATCH_SIZE,
-          accumulation_steps: int = 1, checkpoint_dir: Path | None = None, params: dict | None = None) -> FineTuned:
+def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_outputs: int, seed: int,
+          params: LoraParams = LoraParams(), checkpoint_dir: Path | None = None, key: str | None = None) -> FineTuned:
     """Train the adapters of ``adapted`` (from :func:`adapt`) and a linear head on ``images`` (uint8
-    ``[N, 3, S, S]``), resuming from the last checkpoint in ``checkpoint_dir``.
+    ``[N, 3, S, S]``) for ``params.epochs``, resuming from the last checkpoint in ``checkpoint_dir``.
 
     The head is initialised under ``seed``; epoch ``e`` visits the images in the order
-    ``numpy.random.default_rng([seed, e]).permutation(N)``. With ``accumulation_steps > 1`` the
-    gradients of that many batches are summed before a step (the GPU path's large effective batch).
+    ``numpy.random.default_rng([seed, e]).permutation(N)``. With ``params.accumulation_steps > 1`` the
+    gradients of that many batches are summed before a step. ``key`` (the checkpoint key) is recorded on
+    the result.
     """
-    device = adapted.device
+    device, epochs, batch_size, steps = adapted.device, params.epochs, params.batch_size, params.accumulation_steps
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = nn.Linear(adapted.spec.embed_dim, n_outputs).to(device)
     trainable = [p for p in adapted.model.parameters() if p.requires_grad] + list(head.parameters())
-    optimiser = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
+    optimiser = torch.optim.AdamW(trainable, lr=params.lr, weight_decay=params.weight_decay)
     y_all = torch.as_tensor(labels, dtype=torch.long if task == "multiclass" else torch.float32)
     start = 0
     if checkpoint_dir is not None:
@@ -240,8 +273,8 @@ def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_out
         optimiser.zero_grad(set_to_none=True)
         for step, idx in enumerate(batches, start=1):
             logits = head(_embed(adapted, images[idx]))
-            (_loss(logits, y_all[idx].to(device), task) / accumulation_steps).backward()
-            if step % accumulation_steps == 0 or step == len(batches):
+            (_loss(logits, y_all[idx].to(device), task) / steps).backward()
+            if step % steps == 0 or step == len(batches):
                 optimiser.step()
                 optimiser.zero_grad(set_to_none=True)
             seen += len(idx)
@@ -251,21 +284,14 @@ def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_out
             atomic_write(Path(checkpoint_dir) / f"epoch_{epoch + 1}.pt", lambda f: torch.save(state, f))
     seconds = time.perf_counter() - started
     head.eval()
-    return FineTuned(adapted, head, task, epochs, dict(params or {}), train_seconds=seconds,
+    return FineTuned(adapted, head, task, params, key, train_seconds=seconds,
                      images_per_second=seen / seconds if seen else np.nan, resumed_from=start)
 
 
 # --------------------------------------------------------------------------- one fine-tune
 
-def _hyper(rank, alpha, lr, weight_decay, batch_size, accumulation_steps, targets) -> dict:
-    return dict(rank=rank, alpha=alpha, dropout=LORA_DROPOUT, lr=lr, weight_decay=weight_decay, batch_size=batch_size,
-                accumulation_steps=accumulation_steps, target_modules=targets, optimiser="AdamW", schedule="constant")
-
-
-def finetune(encoder_id: str, dataset: str, seed: int, *, rank: int = 8, alpha: int = 16, epochs: int = 8,
-             label_fraction: float = 1.0, profile: Profile | str = "demo", lr: float = DEFAULT_LR,
-             weight_decay: float = DEFAULT_WEIGHT_DECAY, batch_size: int = DEFAULT_BATCH_SIZE,
-             accumulation_steps: int = 1, output_dir: Path | None = None, manifest_dir: Path | None = None,
+def finetune(encoder_id: str, dataset: str, seed: int, *, params: LoraParams = LoraParams(), label_fraction: float = 1.0,
+             profile: Profile | str = "demo", output_dir: Path | None = None, manifest_dir: Path | None = None,
              view=None, encoder=None, progress: bool = False) -> FineTuned:
     """Fine-tune ``encoder_id`` on ``dataset`` with LoRA for one seed and label fraction.
 
@@ -274,51 +300,49 @@ def finetune(encoder_id: str, dataset: str, seed: int, *, rank: int = 8, alpha: 
     encoder_id, dataset : str
     seed : int
         One of the profile's seeds: its train split, label subsets, adapter and head initialisation.
-    rank, alpha : int
-        LoRA rank and scaling (the paper: 8 and 16).
-    epochs : int
-        The budget, the same for every encoder (the paper: 8; [ours] the demo plan uses fewer, :data:`PLANS`).
+    params : LoraParams
+        What the fine-tune trains with; its fields (with the data's) are the checkpoint key.
     label_fraction : float
         One of the profile's label fractions: the seed's label subset of the train split.
     profile : Profile or str
-    lr, weight_decay, batch_size, accumulation_steps
-        [ours] AdamW at a constant rate; see the module constants.
     output_dir : path, optional
         The results folder (default: the profile's); checkpoints go under ``lora/checkpoints/``.
     manifest_dir : path, optional
     view, encoder : optional
-        A prepared dataset (:func:`crsrepro.run.grid._prepare`) and a built encoder, to reuse across calls.
+        A prepared dataset (:func:`crsrepro.run.views.prepare_view`) and a built encoder, to reuse across calls.
     progress : bool
 
     Returns
     -------
     FineTuned
+
+    Raises
+    ------
+    LoraError
+        The seed or the label fraction is not the profile's, or the encoder has no declared targets.
     """
     from crsrepro.data.manifests import label_subsets
     from crsrepro.encoders import create_encoder
-    from crsrepro.run.grid import _as_profile, _labels_key, _prepare
 
-    profile = _as_profile(profile)
+    profile = as_profile(profile)
     if seed not in profile.seeds or label_fraction not in profile.label_fractions:
         raise LoraError(f"profile {profile.name!r}: seed {seed} / label fraction {label_fraction} not among its "
                         f"seeds {profile.seeds} / fractions {profile.label_fractions}")
-    view = view or _prepare(profile, dataset, manifest_dir, progress)
+    view = view or views.prepare_view(profile, dataset, manifest_dir, progress)
     encoder = encoder or create_encoder(encoder_id, device=profile.features.device)
+    params = params.resolved(encoder.spec)
     train_rows, _ = view.seed_rows[seed]
     split = view.pool.take(train_rows)
     subset = label_subsets(split.labels, fractions=profile.label_fractions, seed=seed, task=view.task)[label_fraction]
-    params = _hyper(rank, alpha, lr, weight_decay, batch_size, accumulation_steps, lora_targets(encoder.spec))
     key = content_key(stage=f"{STAGE}-train", encoder=encoder_id, weights=encoder.weights_hash,
                       preprocessing=encoder.spec.preprocessing, images=view.images_key, seed=seed,
                       seed_split=view.seed_hash[seed], rows=content_key(rows=train_rows[subset].tolist()),
-                      labels=_labels_key(split.labels[subset]), version=CACHE_VERSION, **params)
+                      labels=labels_key(split.labels[subset]), version=CACHE_VERSION, **params.training())
     images = _load_images(encoder.spec, split.images.iloc[subset], (CLEAN,), None)[:, 0]
-    adapted = adapt(encoder, rank=rank, alpha=alpha, seed=seed)
+    adapted = adapt(encoder, params, seed=seed)
     checkpoints = Path(output_dir or profile.output_path) / STAGE / "checkpoints" / key
-    return train(adapted, images, split.labels[subset], task=view.task, n_outputs=_n_outputs(view), seed=seed,
-                 epochs=epochs, lr=lr, weight_decay=weight_decay, batch_size=batch_size,
-                 accumulation_steps=accumulation_steps, checkpoint_dir=checkpoints,
-                 params={**params, "epochs": epochs, "label_fraction": label_fraction, "key": key})
+    return train(adapted, images, split.labels[subset], task=view.task, n_outputs=len(view.label_names), seed=seed,
+                 params=params, checkpoint_dir=checkpoints, key=key)
 
 
 def _embeddings(fine: FineTuned, requests: dict, val_rows: np.ndarray, batch_size: int) -> dict:
@@ -330,7 +354,7 @@ def _embeddings(fine: FineTuned, requests: dict, val_rows: np.ndarray, batch_siz
     for name, r in requests.items():
         images = r.images.iloc[val_rows] if name == "pool" else r.images
         stack = _load_images(fine.encoder.spec, images, r.conditions, r.canonical_size, batch_size)
-        by_condition = {c: np.concatenate([forward_batch(fine.encoder, stack[i:i + batch_size, j], ("final",))["final"]
+        by_condition = {c: np.concatenate([forward_batch(fine.encoder, stack[i:i + batch_size, j], (FINAL,))[FINAL]
                                            .float().cpu().numpy() for i in range(0, len(stack), batch_size)])
                         for j, c in enumerate(r.conditions)}
         out[name] = by_condition if name == "test" else by_condition[CLEAN]
@@ -342,190 +366,179 @@ def _embeddings(fine: FineTuned, requests: dict, val_rows: np.ndarray, batch_siz
 
 def score(fine: FineTuned, profile: Profile, view, seed: int, label_fraction: float) -> tuple[pd.DataFrame, dict]:
     """The fine-tuned model's tidy rows (``regime="lora"``) on every condition, and its per-case arrays."""
-    from crsrepro.encoders import get_spec
-    from crsrepro.run.grid import _feature_requests, _Unit
+    from crsrepro.encoders import get_encoder_spec
 
-    unit = _Unit(profile, get_spec(fine.encoder.spec.id), view, seed, LINEAR)
-    feats = _embeddings(fine, _feature_requests(profile, view), unit.val_rows, profile.features.batch_size)
+    unit = Unit(profile, get_encoder_spec(fine.encoder.spec.id), view, seed, LINEAR)
+    feats = _embeddings(fine, feature_requests(profile, view), unit.val_rows, profile.features.batch_size)
     cases = {}
-    rows = pd.DataFrame(unit._scored(label_fraction, fine, feats, cases)).assign(regime=STAGE)
+    rows = pd.DataFrame(unit.score(label_fraction, fine, feats, cases)).assign(regime=LORA)
     return rows, cases
 
 
 # --------------------------------------------------------------------------- the LoRA grid
 
-def default_cells(profile: Profile | str) -> list[tuple[str, str]]:
-    """The (encoder, dataset) cells :func:`lora_grid` fine-tunes by default: the profile's cells of the
-    LoRA-adaptable encoders (:func:`adaptable`) that its :data:`PLANS` entry does not exclude."""
-    from crsrepro.run.grid import _as_profile
+def lora_cells(profile: Profile) -> list[tuple[str, str]]:
+    """The (encoder, dataset) cells the profile fine-tunes: its cells of the LoRA-adaptable encoders
+    (:func:`adaptable`) that its ``lora.exclude`` does not leave out."""
     from crsrepro.run.grid import cells as grid_cells
 
-    profile = _as_profile(profile)
-    plan = PLANS.get(profile.name, PLANS["demo"])
-    encoders = [e for e in adaptable(profile.encoders) if e not in plan.exclude]
+    encoders = [e for e in adaptable(profile.encoders) if e not in profile.lora.exclude]
     log.info("lora: the cells of %s; left out: %s (not adaptable or excluded by the plan)",
              encoders, sorted(set(profile.encoders) - set(encoders)))
     return grid_cells(profile, encoders)
 
 
-def lora_grid(profile: Profile | str, *, cells: list[tuple[str, str]] | None = None, seeds: list[int] | None = None,
-              fractions: list[float] | None = None, epochs: int | None = None, output_dir: Path | None = None,
-              manifest_dir: Path | None = None, progress: bool = False, merge: bool = True,
-              **options) -> pd.DataFrame | None:
-    """Fine-tune and score every (cell, seed, fraction) without a row-set yet; merge the tidy table.
-
-    Defaults come from the profile's :data:`PLANS` entry; ``cells`` defaults to the profile's cells of
-    the LoRA-adaptable encoders (:func:`adaptable`). ``options`` go to :func:`finetune` (rank, alpha, lr ...).
-    The merged table is ``<output_dir>/lora/results.parquet``. ``merge=False`` only writes the row-sets
-    and returns None: for tasks that run in parallel (the book's precompute step), which must not all
-    rewrite one merged file while the others read it.
-    """
-    from crsrepro.run.grid import _as_profile, _case_arrays, _encoder, _view
-
-    profile = _as_profile(profile)
-    plan = PLANS.get(profile.name, PLANS["demo"])
-    cells = default_cells(profile) if cells is None else cells
-    seeds = list(seeds or profile.seeds[:plan.n_seeds])
-    fractions = list(fractions or [f for f in plan.fractions if f in profile.label_fractions])
-    epochs = epochs or plan.epochs
-    root = Path(output_dir or profile.output_path)
-    store = ResultStore(root / STAGE)
-    provenance = {"crsrepro": __version__, "git": git_hash()}
-    keys = []
-    for encoder_id, dataset in cells:
-        view = _view(profile, dataset, manifest_dir)
-        encoder = _encoder(encoder_id, None, profile.features.device)
-        for seed in seeds:
-            for fraction in fractions:
-                key = _rowset_key(profile, encoder, view, seed, fraction, epochs, options)
-                keys.append(key)
-                if store.has(key):
-                    continue
-                fine = finetune(encoder_id, dataset, seed, epochs=epochs, label_fraction=fraction, profile=profile,
-                                output_dir=root, view=view, encoder=encoder, progress=progress, **options)
-                rows, cases = score(fine, profile, view, seed, fraction)
-                rows["rowset"] = key
-                rows.attrs = {**provenance, "key": key, "train_key": fine.params["key"],
-                              "images_per_second": fine.images_per_second}
-                if cases:
-                    store.write_cases(key, _case_arrays(view, cases))
-                store.write(key, rows)
-                log.info("lora: %s %s seed %d fraction %s: %.1f img/s", encoder_id, dataset, seed, fraction,
-                         fine.images_per_second)
-    if not merge:
-        return None
-    return store.merge(keys, attrs={"profile": profile.name, "profile_fingerprint": profile.fingerprint(),
-                                    "epochs": epochs})
-
-
-def _rowset_key(profile, encoder, view, seed, fraction, epochs, options) -> str:
-    """The LoRA row-set key: the frozen grid unit's key (every feature, split, label and probe input) and
-    the fine-tune's parameters."""
-    from crsrepro.encoders import get_spec
-    from crsrepro.run.grid import _feature_keys, _feature_requests, _Unit
-
-    unit = _Unit(profile, get_spec(encoder.spec.id), view, seed, LINEAR)
-    hyper = _hyper(options.get("rank", 8), options.get("alpha", 16), options.get("lr", DEFAULT_LR),
-                   options.get("weight_decay", DEFAULT_WEIGHT_DECAY), options.get("batch_size", DEFAULT_BATCH_SIZE),
-                   options.get("accumulation_steps", 1), lora_targets(encoder.spec))
-    return content_key(stage=STAGE, unit=unit.key(_feature_keys(encoder, _feature_requests(profile, view))),
-                       fraction=fraction, epochs=epochs, **hyper)
-
-
-# --------------------------------------------------------------------------- analyses
-
-def lora_profiles(results: pd.DataFrame) -> pd.DataFrame:
-    """The four dimensions of every LoRA (encoder, dataset, seed), read as the primary runs are."""
-    from crsrepro.score.dimensions import reliability_profiles
-    from crsrepro.run.results import runs_table
-
-    runs = runs_table(results)
-    return reliability_profiles(runs[runs["regime"] == STAGE].assign(regime="frozen"))
+def _unit_key(profile: Profile, spec, view, seed: int, feature_keys: dict) -> str:
+    return Unit(profile, spec, view, seed, LINEAR).key(feature_keys)
 
 
 @dataclass(frozen=True)
-class LoraComparison:
-    """Frozen vs LoRA (chapter 07).
+class _CellTask:
+    """The inputs of one LoRA task: a cell, the (seed, fraction, key) of its row-sets not done yet, and
+    what the planning process saw of the dataset."""
 
-    Attributes
-    ----------
-    per_domain : DataFrame
-        Per dataset: ``n_encoders``, ``kendall_tau`` of the AUROC rankings, ``reversed_pairs``,
-        ``leader_frozen``, ``leader_lora``, ``leader_changed``, ``auroc_gain`` (mean LoRA - frozen).
-    crs : RankAgreement
-        The four-dimensional comparison: the encoders' mean CRS, frozen (``a``) vs LoRA (``b``); its
-        ``ranks`` feed :func:`crsrepro.present.plots.rank_shift` (``a="frozen", b="LoRA"``).
-    movers : DataFrame
-        ``crs.ranks`` sorted by the size of the shift (who moves most).
-    top3_hold : bool
-        Whether the top three by CRS are the same encoders.
-    """
-
-    per_domain: pd.DataFrame
-    crs: object
-    movers: pd.DataFrame
-    top3_hold: bool
+    profile: Profile
+    encoder: str
+    dataset: str
+    manifest_dir: Path | None
+    images_key: str
+    params: LoraParams
+    todo: tuple
+    output_dir: Path  # the profile's results folder: the row-sets go to lora/, the checkpoints to lora/checkpoints/
 
 
-def compare(frozen: pd.DataFrame, lora: pd.DataFrame, frame=None) -> LoraComparison:
-    """Compare the frozen and LoRA reliability profiles on the cells and seeds both have.
+def _cell_task(task: _CellTask) -> str:
+    """LoRA task: fine-tune, score and write each pending (seed, fraction) of one cell."""
+    from crsrepro.encoders import get_encoder_spec
+
+    profile = task.profile
+    prepared = views.view(profile, task.dataset, task.manifest_dir, task.images_key)
+    built = units.encoder(task.encoder, None, profile.features.device)
+    params, spec = task.params.resolved(built.spec), get_encoder_spec(task.encoder)
+    feature_keys = layer_feature_keys(built, feature_requests(profile, prepared))
+    store, provenance = ResultStore(task.output_dir / STAGE), {"crsrepro": __version__, "git": git_hash()}
+    for seed, fraction, key in task.todo:
+        if rowset_key(_unit_key(profile, spec, prepared, seed, feature_keys), fraction, params) != key:
+            raise CrsreproError(f"lora {task.encoder} {task.dataset} seed {seed} fraction {fraction}: this worker "
+                                f"derives another row-set key than the planning process (other data or code?)")
+        fine = finetune(task.encoder, task.dataset, seed, params=params, label_fraction=fraction, profile=profile,
+                        output_dir=task.output_dir, view=prepared, encoder=built)
+        rows, cases = score(fine, profile, prepared, seed, fraction)
+        rows["rowset"] = key
+        rows.attrs = {**provenance, "key": key, "train_key": fine.key, "images_per_second": fine.images_per_second}
+        if cases:
+            store.write_cases(key, case_arrays(prepared, cases))
+        store.write(key, rows)
+        log.info("lora: %s %s seed %d fraction %s: %.1f img/s", task.encoder, task.dataset, seed, fraction,
+                 fine.images_per_second)
+    return f"lora {task.encoder} {task.dataset}"
+
+
+@dataclass(frozen=True)
+class LoraStage:
+    """The LoRA grid as a stage (:class:`crsrepro.run.stages.Stage`), into ``<output_dir>/lora/``: every
+    (cell, seed, fraction) of the profile's ``lora`` plan.
 
     Parameters
     ----------
-    frozen, lora : DataFrame
-        Per-seed reliability-profiles tables (:func:`crsrepro.score.dimensions.reliability_profiles`, :func:`lora_profiles`).
-    frame : ReferenceFrame, optional
-        Score both with the frozen frame (the paper's CRS); default [ours] ``mode="cohort"`` over the
-        compared encoders, since the LoRA panel may be smaller than the frame's.
+    cells : tuple of (encoder id, dataset), optional
+        Default: :func:`lora_cells` of the profile.
+    seeds : tuple of int, optional
+        Default: the profile's first ``lora.n_seeds`` seeds.
+    fractions : tuple of float, optional
+        Default: the profile's ``lora.label_fractions`` that are among its label fractions.
+    params : LoraParams, optional
+        Default: :class:`LoraParams` with the profile's ``lora.epochs``.
+    output_dir : path, optional
+        The profile's results folder (default: its ``output_dir``).
+    manifest_dir : path, optional
     """
-    from crsrepro.score.crs import aggregate_crs, crs_scores
-    from crsrepro.score.stats import rank_agreement
 
-    on = ["encoder", "dataset", "seed"]
-    common = frozen[on].merge(lora[on])
-    if common.empty:
-        raise LoraError("frozen and LoRA profiles share no (encoder, dataset, seed)")
-    frozen, lora = frozen.merge(common), lora.merge(common)
-    rows = []
-    for dataset in dict.fromkeys(common["dataset"]):
-        a = frozen[frozen["dataset"] == dataset].groupby("encoder")["auroc"].mean()
-        b = lora[lora["dataset"] == dataset].groupby("encoder")["auroc"].mean()
-        agreement = rank_agreement(a.to_dict(), b.to_dict()) if len(a) > 1 else None
-        rows.append({"dataset": dataset, "n_encoders": len(a),
-                     "kendall_tau": agreement.kendall_tau if agreement else np.nan,
-                     "reversed_pairs": agreement.reversed_pairs if agreement else 0,
-                     "leader_frozen": a.idxmax(), "leader_lora": b.idxmax(), "leader_changed": a.idxmax() != b.idxmax(),
-                     "auroc_gain": float((b - a).mean())})
-    mode = "cohort" if frame is None else "fixed"
-    columns = on + ["auroc", "ece", "retention", "robustness"]
-    crs_a = aggregate_crs(crs_scores(frozen[columns], frame, mode=mode))["crs"]
-    crs_b = aggregate_crs(crs_scores(lora[columns], frame, mode=mode))["crs"]
-    crs = rank_agreement(crs_a.to_dict(), crs_b.to_dict())
-    movers = crs.ranks.assign(abs_shift=crs.ranks["shift"].abs()).sort_values("abs_shift", ascending=False, kind="stable")
-    return LoraComparison(pd.DataFrame(rows), crs, movers.drop(columns="abs_shift"), crs.top3_overlap == 1.0)
+    cells: tuple | None = None
+    seeds: tuple | None = None
+    fractions: tuple | None = None
+    params: LoraParams | None = None
+    output_dir: Path | None = None
+    manifest_dir: Path | None = None
+    name: ClassVar[str] = STAGE
+    command: ClassVar[str] = "crsrepro book"
+
+    def lora_params(self, profile: Profile) -> LoraParams:
+        """What every fine-tune of the stage trains with."""
+        return self.params or LoraParams(epochs=profile.lora.epochs)
+
+    def store(self, profile: Profile) -> ResultStore:
+        return ResultStore(self._root(profile) / STAGE)
+
+    def _root(self, profile: Profile) -> Path:
+        return Path(self.output_dir or profile.output_path)
+
+    def plan(self, profile: Profile, store: ResultStore, *, progress: bool = False) -> tuple[list[str], list[Task]]:
+        """Every (cell, seed, fraction)'s key, in that order, and one task per cell with a row-set left to
+        write (planning builds the encoders on the CPU: the keys need only their weights hash).
+
+        Raises
+        ------
+        LoraError
+            An encoder of the cells has no declared LoRA targets.
+        """
+        from crsrepro.encoders import get_encoder_spec
+
+        chosen = lora_cells(profile) if self.cells is None else [tuple(cell) for cell in self.cells]
+        seeds = list(self.seeds or profile.seeds[:profile.lora.n_seeds])
+        fractions = list(self.fractions or [f for f in profile.lora.label_fractions if f in profile.label_fractions])
+        params = self.lora_params(profile)
+        keys, tasks = [], []
+        for encoder_id, dataset in chosen:
+            prepared = views.view(profile, dataset, self.manifest_dir)
+            built = units.encoder(encoder_id, None, "cpu")
+            resolved, spec = params.resolved(built.spec), get_encoder_spec(encoder_id)
+            feature_keys = layer_feature_keys(built, feature_requests(profile, prepared))
+            todo = []
+            for seed in seeds:
+                unit_key = _unit_key(profile, spec, prepared, seed, feature_keys)
+                for fraction in fractions:
+                    key = rowset_key(unit_key, fraction, resolved)
+                    keys.append(key)
+                    if not store.has(key):
+                        todo.append((seed, fraction, key))
+            if todo:
+                tasks.append(Task(f"lora:{encoder_id}:{dataset}", _cell_task,
+                                  (_CellTask(profile, encoder_id, dataset, self.manifest_dir, prepared.images_key, params,
+                                             tuple(todo), self._root(profile)),), gpu=holds_gpu(profile)))
+        return keys, tasks
+
+    def attrs(self, profile: Profile) -> dict:
+        return {"profile": profile.name, "profile_fingerprint": profile.fingerprint(),
+                "epochs": self.lora_params(profile).epochs}
 
 
-def paper_gpu_hours(images_per_second: float | None = None, *, n_seeds: int = 3, epochs: int = 8,
-                    fractions=(0.01, 0.05, 0.10, 0.25, 1.0)) -> float:
+def paper_gpu_hours(images_per_second: float | None = None, *, n_seeds: int | None = None, epochs: int | None = None,
+                    fractions=None) -> float:
     """GPU-hours of the paper's LoRA protocol: its 43 cells x ``n_seeds`` seeds x the label regimes x
-    ``epochs`` epochs, each epoch one pass over the cell's labelled train images (the planner's counts:
-    :data:`crsrepro.run.plan.DATASET_IMAGES` x the train share), at ``images_per_second``.
+    ``epochs`` epochs (default: the ``paper`` profile's ``lora`` plan), each epoch one pass over the cell's
+    labelled train images (the planner's counts: :data:`crsrepro.run.plan.DATASET_IMAGES` x the train
+    share), at ``images_per_second``.
 
     The default rate is the planner's ``gpu_lora_vit_b16`` (:data:`crsrepro.run.plan.THROUGHPUTS`): about
-    3,100 img/s for a ViT-B/16 LoRA step in bf16 at batch 128 on one H200, the figure quoted in issue 13
-    (not measured by this package; ``benchmarks/lora.py`` measures it on a GPU). Every encoder is costed
-    at that one rate; ``crsrepro plan --profile paper`` scales it per encoder.
+    3,100 img/s for a ViT-B/16 LoRA step in bf16 at batch 128 on one H200 (not measured by this package;
+    ``benchmarks/lora.py`` measures it on a GPU). Every encoder is costed at that one rate;
+    ``crsrepro plan --profile paper`` scales it per encoder.
 
     >>> round(paper_gpu_hours(), 1)
     7.0
     """
-    from crsrepro.run.grid import cells
+    from crsrepro.run.grid import cells as grid_cells
     from crsrepro.run.plan import DATASET_IMAGES, SPLIT_SHARES, THROUGHPUTS
 
+    paper = load_profile("paper")
+    plan = paper.lora
+    n_seeds, epochs = n_seeds or plan.n_seeds, epochs or plan.epochs
+    fractions = plan.label_fractions if fractions is None else fractions
     rate = images_per_second or THROUGHPUTS["gpu_lora_vit_b16"].value
-    per_epoch = sum(DATASET_IMAGES[dataset][0] * SPLIT_SHARES["train"] for _, dataset in cells("paper"))
+    per_epoch = sum(DATASET_IMAGES[dataset][0] * SPLIT_SHARES["train"] for _, dataset in grid_cells(paper))
     return per_epoch * sum(fractions) * n_seeds * epochs / rate / 3600
 
 
-__all__ = ["LoraComparison", "LoraError", "LoraPlan", "PLANS", "adapt", "adaptable", "base_state", "compare",
-           "finetune", "lora_grid", "lora_profiles", "lora_targets", "paper_gpu_hours", "score", "train"]
+__all__ = ["FineTuned", "LoraError", "LoraParams", "LoraStage", "STAGE", "adapt", "adaptable", "base_state",
+           "finetune", "lora_cells", "lora_targets", "paper_gpu_hours", "rowset_key", "score", "train"]

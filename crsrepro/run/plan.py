@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.profiles import Profile, load_profile
+from crsrepro.profiles import Profile, as_profile
 from crsrepro.core.vocab import RECALIBRATORS
 
 #: Images per dataset as used by the paper's protocol (frontal views for CheXpert and MIMIC-CXR), with
@@ -61,7 +61,7 @@ DATASET_IMAGES: dict[str, tuple[int, str]] = {
 
 #: The split of a dataset (DESIGN.md section 3): the fixed test split and each seed's train / val.
 SPLIT_SHARES = {"train": 0.70, "val": 0.10, "test": 0.20}
-#: LoRA protocol (DESIGN.md section 11; issue 13): rank 8, 8 epochs, 3 seeds, batch 128, on the label
+#: LoRA protocol (DESIGN.md section 11): rank 8, 8 epochs, 3 seeds, batch 128, on the label
 #: fractions of the profile. [ours] an epoch is one pass over the *labelled* train images of a fraction.
 LORA = {"seeds": 3, "epochs": 8, "batch_size": 128}
 
@@ -78,8 +78,8 @@ class Throughput:
 #: Every rate the planner uses. Edit a value here (with its source) when a new measurement exists.
 THROUGHPUTS: dict[str, Throughput] = {
     "gpu_forward_vit_b16": Throughput(10_900, "img/s", "ViT-B/16 pure compiled bf16 forward, one H200, batch 512 "
-                                      "(issue 18, a 30-minute prototype; not yet in benchmarks/)"),
-    "gpu_lora_vit_b16": Throughput(3_100, "img/s", "ViT-B/16 LoRA training step, bf16, batch 128, one H200 (issue 13)"),
+                                      "(a 30-minute prototype run outside this repository; not yet in benchmarks/)"),
+    "gpu_lora_vit_b16": Throughput(3_100, "img/s", "ViT-B/16 LoRA training step, bf16, batch 128, one H200 (measured outside this repository; not yet in benchmarks/)"),
     "cpu_linear_probe": Throughput(191 / (42_750 * 768 * 14 * 7), "s per (n x D x output x C)",
                                    "benchmarks/probes.py --threads 1, CheXpert x0.25 (42,750 x 768, 14 labels x 7 C) "
                                    "in 191 s, torch L-BFGS, the project's 2-core CPU VM (README Speed)"),
@@ -183,11 +183,12 @@ def plan(profile: Profile | str) -> Plan:
     >>> p.encoders.iloc[0]["encoder"]  # the most expensive encoder comes first
     'medical.medgemma'
     """
-    from crsrepro.data import get_spec as dataset_spec
-    from crsrepro.encoders import get_spec
-    from crsrepro.run.grid import cells, conditions_for
+    from crsrepro.data import get_dataset_spec
+    from crsrepro.encoders import get_encoder_spec
+    from crsrepro.run.grid import cells
+    from crsrepro.run.views import conditions_for
 
-    profile = profile if isinstance(profile, Profile) else load_profile(profile)
+    profile = as_profile(profile)
     conditions = profile.conditions()
     images = []
     for dataset in profile.all_datasets():
@@ -196,13 +197,13 @@ def plan(profile: Profile | str) -> Plan:
         split = ({k: round(total * share) for k, share in SPLIT_SHARES.items()} if trainable
                  else {"train": 0, "val": 0, "test": total})
         images.append({"dataset": dataset, "role": "train/test" if trainable else "transfer", "total": total,
-                       **split, "n_outputs": len(dataset_spec(dataset).label_names), "source": source})
+                       **split, "n_outputs": len(get_dataset_spec(dataset).label_names), "source": source})
     images = pd.DataFrame(images).set_index("dataset", drop=False)
 
     the_cells = cells(profile)
     forward = []
     for encoder, dataset in the_cells:
-        spec, row = get_spec(encoder), images.loc[dataset]
+        spec, row = get_encoder_spec(encoder), images.loc[dataset]
         arrays = [(dataset, "clean (pool)", row.train + row.val)] + [(dataset, c, row.test) for c in conditions]
         arrays += [(t, "clean (transfer)", images.loc[t].total) for t in profile.transfer_targets(dataset)]
         forward += [{"encoder": encoder, "dataset": d, "condition": c, "images": int(n), "dim": spec.embed_dim,
@@ -217,7 +218,7 @@ def plan(profile: Profile | str) -> Plan:
     lora_images_by_encoder, lora_scored_by_encoder = {}, {}
     n_runs = 0
     for encoder, dataset in the_cells:
-        spec, row = get_spec(encoder), images.loc[dataset]
+        spec, row = get_encoder_spec(encoder), images.loc[dataset]
         def per_fit(fraction):  # seconds of one fit (every C value) on the fraction's labelled train images
             return probe_unit * max(1, round(row.train * fraction)) * spec.embed_dim * row.n_outputs * n_c
 
@@ -234,7 +235,7 @@ def plan(profile: Profile | str) -> Plan:
 
     per_encoder = []
     for encoder in dict.fromkeys(e for e, _ in the_cells):
-        spec = get_spec(encoder)
+        spec = get_encoder_spec(encoder)
         rate, on_gpu = _forward_rate(spec, profile.features.device)
         passes = int(forward.loc[forward.encoder == encoder, "images"].sum())
         lora_rate = rate * THROUGHPUTS["gpu_lora_vit_b16"].value / THROUGHPUTS["gpu_forward_vit_b16"].value

@@ -56,8 +56,8 @@ import numpy as np
 import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.schema import COLUMNS, RUN_INFO, RUN_KEYS
-from crsrepro.core.io import atomic_write, atomic_write_parquet, content_key, git_hash, sha256_file  # noqa: F401 (git_hash re-exported)
+from crsrepro.core.io import atomic_write, atomic_write_parquet, content_key, sha256_file
+from crsrepro.core.schema import COLUMNS, RUN_KEYS
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ CASES_LAYOUT = """The per-case arrays of a full-label linear probe's row-set (``
   split (thresholds and calibration maps are chosen there); probabilities are float16;
 - ``labels|<set>`` and ``image_id|<set>`` for the sets ``clean`` (the test split, whose images every
   perturbed condition degrades), ``val`` and each transfer set.
-"""
 
+Each key is :func:`crsrepro.core.schema.case_key` of its kind, set and recalibrator.
+"""
 
 
 class ResultStore:
@@ -231,15 +232,32 @@ def keys_hash(keys: list[str]) -> str:
     return content_key(keys=sorted(keys))
 
 
-def load_results(output_dir: str | os.PathLike) -> pd.DataFrame:
-    """Read the merged tidy table of a finished run."""
+def load_results(output_dir: str | os.PathLike, *, command: str = "crsrepro run --profile ...") -> pd.DataFrame:
+    """Read the merged tidy table of a finished run; ``command`` is what the errors say to run.
+
+    Raises
+    ------
+    CrsreproError
+        The table is missing or corrupt (its SHA-256 does not match its digest).
+    """
     path = ResultStore(output_dir).merged_path
     if not path.is_file():
-        raise CrsreproError(f"no results at {path}: run `crsrepro run --profile ...` first")
+        raise CrsreproError(f"no results at {path}: run `{command}` first")
     problem = _check(path)
     if problem:
-        raise CrsreproError(f"{problem}: rerun `crsrepro run --profile ...`, which merges it again")
+        raise CrsreproError(f"{problem}: rerun `{command}`, which merges it again")
     return pd.read_parquet(path)
+
+
+def results_hash(results: pd.DataFrame) -> str:
+    """The hash of a results table: :func:`keys_hash` of its row-sets (recorded by the merge), or of its
+    ``rowset`` column; a table built by hand, without row-sets, is hashed by its content. A frozen frame
+    records it (:meth:`crsrepro.score.crs.ReferenceFrame.check_results`)."""
+    if results.attrs.get("keys_hash"):
+        return results.attrs["keys_hash"]
+    if "rowset" in results.columns:
+        return keys_hash(results["rowset"].unique().tolist())
+    return content_key(rows=pd.util.hash_pandas_object(results, index=False).tolist())
 
 
 def runs_table(results: pd.DataFrame) -> pd.DataFrame:

@@ -30,6 +30,16 @@ Because a score depends only on (profile, frame), adding encoders changes no pub
 instead re-normalises min-max over the current panel and counts dominance within it: it exists only
 for the paper's insertion experiment (:func:`crsrepro.analyse.findings.insertion_experiment`).
 
+This module is the one implementation of the score. Its functions work on arrays of normalised
+profiles of shape ``(..., n, 4)``: the last axis holds the four dimensions in :data:`DIMENSIONS`
+order, the one before it the n cells, and any leading axes are replicates (the seed-paired bootstrap's
+draws, the multiverse's combinations). The [ours] choices are parameters, with the package's own as
+the default: the normalisation (:func:`normalise` with fixed anchors, or :func:`cohort_normalise`,
+:data:`COHORT_NORMALISATIONS`), the dominance (:data:`DOMINANCE`) and the proximity (:data:`PROXIMITY`).
+:func:`crs_scores` and :func:`aggregate_crs` (the book's CRS), the seed-paired bootstrap
+(:func:`crsrepro.score.stats.seed_paired_bootstrap`) and the multiverse of [ours] choices
+(:func:`crsrepro.analyse.sensitivity.multiverse`, DESIGN.md section 14) all call them.
+
 Examples
 --------
 >>> import pandas as pd
@@ -54,10 +64,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+from scipy.special import ndtr
 
-from crsrepro.score.dimensions import ProfileTableError
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import atomic_write
+from crsrepro.core.schema import METRICS
+from crsrepro.score.dimensions import ProfileTableError
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +77,11 @@ DIMENSIONS = ("auroc", "ece", "retention", "robustness")
 """The four raw dimensions of a reliability profile, in the paper's order D, C, L, R."""
 NORMALISED = tuple(f"p_{d}" for d in DIMENSIONS)
 """The columns of the normalised profile p in [0, 1]^4."""
+HIGHER_IS_BETTER = {"auroc": METRICS["auroc"].higher_is_better, "ece": METRICS["ece"].higher_is_better,
+                    "retention": True, "robustness": True}
+"""The direction of each dimension: D and C take their metric's (:data:`crsrepro.core.schema.METRICS`);
+retention and R_raw are higher-is-better by construction (DESIGN.md section 8). The fixed anchors
+encode the same directions (value mapped to 0 > value mapped to 1 for ECE)."""
 COMPONENTS = ("pareto", "proximity", "worst")
 DEFAULT_ANCHORS = {"auroc": (0.5, 1.0), "ece": (0.25, 0.0), "retention": (0.5, 1.0), "robustness": (0.75, 1.0)}
 """(value mapped to 0, value mapped to 1) per dimension, DESIGN.md section 9 **[ours]**."""
@@ -73,10 +90,20 @@ DEFAULT_WEIGHTS = {"pareto": 0.60, "proximity": 0.25, "worst": 0.15}
 FRAME_FORMAT_VERSION = 1
 """The version of the frame file layout; :meth:`ReferenceFrame.load` refuses any other."""
 MODES = ("fixed", "cohort")
+COHORT_NORMALISATIONS = ("minmax", "zscore")
+"""How :func:`cohort_normalise` maps a panel's raw dimensions to [0, 1]; ``minmax`` is the cohort mode's."""
+DOMINANCE = ("weak", "strict")
+"""When a profile dominates a peer in the Pareto share: ``weak`` (>= on all four dimensions and > on
+at least one; the package's choice **[ours]**) or ``strict`` (> on all four)."""
+PROXIMITY = ("l2", "l1", "chebyshev")
+"""The distance of p from the ideal corner, scaled so that the worst corner scores 0: ``l2``
+(1 - ||1 - p||_2 / 2, the package's choice **[ours]**), ``l1`` (1 - ||1 - p||_1 / 4) or
+``chebyshev`` (1 - max_k (1 - p_k))."""
 
 
 class FrameError(CrsreproError, ValueError):
-    """A reference frame file is missing, corrupt, of another version, or lacks a dataset."""
+    """A reference frame file is missing, corrupt, of another version, or lacks a dataset; or a cell
+    has no peer among the reference profiles."""
 
 
 # --------------------------------------------------------------------------- reliability-profiles tables
@@ -126,6 +153,8 @@ def cell_means(profiles: pd.DataFrame, *, where: str = "profiles") -> pd.DataFra
     return table.sort_values(["encoder", "dataset"]).reset_index(drop=True)
 
 
+# --------------------------------------------------------------------------- normalising
+
 def normalise(values: np.ndarray, anchors: dict = DEFAULT_ANCHORS) -> np.ndarray:
     """Map raw dimensions to [0, 1] with fixed anchors: ``clip((x - a0) / (a1 - a0), 0, 1)``.
 
@@ -146,28 +175,140 @@ def normalise(values: np.ndarray, anchors: dict = DEFAULT_ANCHORS) -> np.ndarray
     return np.clip((np.asarray(values, float) - a0) / (a1 - a0), 0.0, 1.0)
 
 
-def crs_components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray,
-                   weights: dict = DEFAULT_WEIGHTS) -> dict[str, np.ndarray]:
-    """Pareto share, proximity, worst dimension and CRS of normalised profiles (the formulas above).
+def cohort_normalise(raw: np.ndarray, datasets, method: str = "minmax") -> np.ndarray:
+    """Map raw dimensions to [0, 1] against the current panel, dataset by dataset and replicate by replicate.
 
-    This is the one implementation of the score; :func:`crs_scores` and the seed-paired bootstrap
-    (which passes a batch of replicates per cell) both call it.
+    The lower-is-better ECE (:data:`HIGHER_IS_BETTER`) is negated first; then, per dataset and
+    dimension, over the panel's cells on that dataset **[ours]**:
+
+    - ``minmax``: ``(x - min) / (max - min)``, the cohort mode of :func:`crs_scores`;
+    - ``zscore``: the standard normal CDF of ``(x - mean) / sd`` (population SD), an alternative of
+      the multiverse (:mod:`crsrepro.analyse.sensitivity`).
+
+    A dimension constant over the panel maps to 1.
 
     Parameters
     ----------
-    p : array of shape (n, ..., 4)
-        Normalised profiles; any axes between the first and the last are batch axes (replicates).
+    raw : array of shape (..., n, 4)
+        Raw profiles of n cells; leading axes are replicates, each normalised against its own panel.
+    datasets : array of shape (n,)
+        The dataset of each cell.
+    method : {"minmax", "zscore"}
+
+    Examples
+    --------
+    >>> cohort_normalise(np.array([[0.9, 0.05, 0.9, 0.9], [0.7, 0.15, 0.9, 0.8]]), ["isic2019", "isic2019"])
+    array([[1., 1., 1., 1.],
+           [0., 0., 1., 0.]])
+    """
+    if method not in COHORT_NORMALISATIONS:
+        raise ValueError(f"method must be one of {', '.join(COHORT_NORMALISATIONS)}, got {method!r}")
+    datasets = np.asarray(datasets)
+    sign = np.array([1.0 if HIGHER_IS_BETTER[d] else -1.0 for d in DIMENSIONS])
+    x = np.asarray(raw, float) * sign
+    p = np.ones_like(x)
+    for dataset in np.unique(datasets):
+        rows = datasets == dataset
+        panel = x[..., rows, :]
+        if method == "minmax":
+            low, span = panel.min(-2, keepdims=True), np.ptp(panel, axis=-2, keepdims=True)
+            p[..., rows, :] = np.divide(panel - low, span, out=np.ones_like(panel), where=span > 0)
+        else:
+            sd = panel.std(-2, keepdims=True)
+            z = np.divide(panel - panel.mean(-2, keepdims=True), sd, out=np.full_like(panel, np.inf), where=sd > 0)
+            p[..., rows, :] = ndtr(z)
+    return p
+
+
+# --------------------------------------------------------------------------- the components
+
+def pareto_share(p: np.ndarray, reference: np.ndarray, peers: np.ndarray, dominance: str = "weak") -> np.ndarray:
+    """The share of its peer reference profiles that each profile dominates (:data:`DOMINANCE`).
+
+    Parameters
+    ----------
+    p : array of shape (..., n, 4)
+        Normalised profiles; leading axes are replicates.
     reference : array of shape (m, 4) or (..., m, 4)
-        The normalised reference profiles of the same dataset: one set for every profile, or one set
-        per replicate (the batch axes of ``p``; the seed-paired bootstrap's resampled peers).
+        The normalised reference profiles of the same dataset: one set for every replicate, or one
+        set per replicate (the seed-paired bootstrap's resampled peers).
+    peers : bool array of shape (n, m)
+        ``peers[i, j]`` is True when reference profile j is a peer of profile i.
+    dominance : {"weak", "strict"}
+
+    Returns
+    -------
+    array of shape (..., n)
+
+    Raises
+    ------
+    FrameError
+        A profile has no peer.
+    """
+    if dominance not in DOMINANCE:
+        raise ValueError(f"dominance must be one of {', '.join(DOMINANCE)}, got {dominance!r}")
+    peers = np.asarray(peers, bool)
+    n_peers = peers.sum(-1)
+    if np.any(n_peers == 0):
+        raise FrameError("a cell has no peer profile on its dataset (only its own encoder's): the reference "
+                         "profiles need at least two encoders per dataset")
+    p, reference = np.asarray(p, float), np.asarray(reference, float)
+    strictly = p[..., :, None, :] > reference[..., None, :, :]         # (..., n, m, 4)
+    if dominance == "weak":
+        dominated = (p[..., :, None, :] >= reference[..., None, :, :]).all(-1) & strictly.any(-1)
+    else:
+        dominated = strictly.all(-1)
+    return (dominated & peers).sum(-1) / n_peers
+
+
+def proximity_to_ideal(p: np.ndarray, proximity: str = "l2") -> np.ndarray:
+    """The closeness of normalised profiles (..., 4) to the ideal corner (:data:`PROXIMITY`): array (...).
+
+    >>> proximity_to_ideal(np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 0.0]]))
+    array([1. , 0. , 0.5])
+    """
+    gap = 1.0 - np.asarray(p, float)
+    if proximity == "l2":
+        return 1.0 - np.sqrt((gap ** 2).sum(-1)) / 2.0
+    if proximity == "l1":
+        return 1.0 - gap.sum(-1) / 4.0
+    if proximity == "chebyshev":
+        return 1.0 - gap.max(-1)
+    raise ValueError(f"proximity must be one of {', '.join(PROXIMITY)}, got {proximity!r}")
+
+
+def weighted_crs(parts: dict, weights: dict = DEFAULT_WEIGHTS) -> np.ndarray:
+    """CRS = w_pareto pareto + w_proximity proximity + w_worst worst.
+
+    The weights may be arrays that broadcast against the components: the multiverse passes its whole
+    grid of weights at once.
+
+    >>> float(weighted_crs({"pareto": 1.0, "proximity": 0.5, "worst": 0.0}))
+    0.725
+    """
+    return weights["pareto"] * parts["pareto"] + weights["proximity"] * parts["proximity"] + weights["worst"] * parts["worst"]
+
+
+def crs_components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray, weights: dict = DEFAULT_WEIGHTS, *,
+                   dominance: str = "weak", proximity: str = "l2") -> dict[str, np.ndarray]:
+    """Pareto share, proximity, worst dimension and CRS of normalised profiles (the formulas above).
+
+    Parameters
+    ----------
+    p : array of shape (..., n, 4)
+        Normalised profiles; leading axes are replicates.
+    reference : array of shape (m, 4) or (..., m, 4)
+        The normalised reference profiles of the same dataset (see :func:`pareto_share`).
     peers : bool array of shape (n, m)
         ``peers[i, j]`` is True when reference profile j is a peer of profile i.
     weights : dict
         Weights of ``pareto``, ``proximity`` and ``worst``.
+    dominance, proximity : str
+        The [ours] variants, :data:`DOMINANCE` and :data:`PROXIMITY` (the package's: weak, l2).
 
     Returns
     -------
-    dict of arrays of shape (n, ...)
+    dict of arrays of shape (..., n)
         ``pareto``, ``proximity``, ``worst`` and ``crs``.
 
     Examples
@@ -177,19 +318,9 @@ def crs_components(p: np.ndarray, reference: np.ndarray, peers: np.ndarray,
     {'pareto': 1.0, 'proximity': 1.0, 'worst': 1.0, 'crs': 1.0}
     """
     p = np.asarray(p, float)
-    peers = np.asarray(peers, bool).reshape((peers.shape[0],) + (1,) * (p.ndim - 2) + (peers.shape[1],))
-    n_peers = peers.sum(-1)
-    if np.any(n_peers == 0):
-        raise FrameError("the reference frame holds no peer profile for a cell (only its own encoder's): "
-                         "freeze the frame from at least two encoders per dataset")
-    ahead = p[..., None, :] >= reference          # (n, ..., m, 4)
-    strictly = p[..., None, :] > reference
-    dominated = ahead.all(-1) & strictly.any(-1) & peers
-    pareto = dominated.sum(-1) / n_peers
-    proximity = 1.0 - np.sqrt(((1.0 - p) ** 2).sum(-1)) / 2.0
-    worst = p.min(-1)
-    crs = weights["pareto"] * pareto + weights["proximity"] * proximity + weights["worst"] * worst
-    return {"pareto": pareto, "proximity": proximity, "worst": worst, "crs": crs}
+    parts = {"pareto": pareto_share(p, reference, peers, dominance), "proximity": proximity_to_ideal(p, proximity),
+             "worst": p.min(-1)}
+    return parts | {"crs": weighted_crs(parts, weights)}
 
 
 # --------------------------------------------------------------------------- the frame
@@ -272,14 +403,14 @@ class ReferenceFrame:
     def published_scores(self) -> pd.DataFrame:
         """The CRS of every reference cell, scored against its peers: what the frame publishes."""
         return _score_cells(self.reference[["encoder", "dataset"]], self.reference[list(NORMALISED)].to_numpy(float),
-                            self)
+                            self, peers="frozen")
 
     def check_results(self, results_hash: str | None) -> str | None:
         """None when the frame was frozen from results with this hash, else a one-line message.
 
         The message names the frame file (or says the frame is not saved) and both hashes (their first
         12 characters); the book shows it as a warning and ``crsrepro score`` raises it as an error
-        with the remedy (issue 9). A hash that is None on either side (an old frame, results without
+        with the remedy (DESIGN.md section 9). A hash that is None on either side (an old frame, results without
         a recorded hash) cannot be checked, and says so, unless both are None.
         """
         if self.results_hash == results_hash:
@@ -368,75 +499,105 @@ def _sha256(content: dict) -> str:
 
 # --------------------------------------------------------------------------- scoring
 
-PEERS = ("frozen", "resampled")
-"""Whose profiles a cell is compared with: the frame's frozen reference profiles, or (for replicates
-of the seed-paired bootstrap) the same replicate's profiles of the reference encoders."""
+PEERS = ("frozen", "resampled", "panel")
+"""Whose profiles a cell is compared with: the frame's frozen reference profiles; for replicates of the
+seed-paired bootstrap, the same replicate's profiles of the reference encoders; or, cohort-style, the
+panel being scored itself (:func:`score_by_dataset`)."""
 
 
-def score_by_dataset(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame, *,
-                     peers: str = "frozen") -> dict[str, np.ndarray]:
-    """The CRS components of normalised profiles ``p``, dataset by dataset, under ``frame``.
+def score_by_dataset(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame | None = None, *,
+                     peers: str = "frozen", dominance: str = "weak", proximity: str = "l2") -> dict[str, np.ndarray]:
+    """The CRS components of normalised profiles ``p``, dataset by dataset.
 
-    This is the one loop over datasets, reference profiles and peers; :func:`crs_scores` and the
-    seed-paired bootstrap both call it.
+    This is the one loop over datasets, reference profiles and peers; :func:`crs_scores`, the
+    seed-paired bootstrap and the multiverse all call it.
 
     Parameters
     ----------
     cells : DataFrame
-        Columns ``encoder, dataset``, one row per row of ``p``.
-    p : array of shape (n, ..., 4)
-        Normalised profiles (any axes between the first and the last are replicates).
-    frame : ReferenceFrame
-        Supplies the weights, the reference encoders and their frozen profiles.
-    peers : {"frozen", "resampled"}, default "frozen"
+        Columns ``encoder, dataset``, one row per cell of ``p``.
+    p : array of shape (..., n, 4)
+        Normalised profiles of the n cells; leading axes are replicates.
+    frame : ReferenceFrame, optional
+        Supplies the weights, the reference encoders and their frozen profiles; None with
+        ``peers="panel"``, which takes the default weights.
+    peers : {"frozen", "resampled", "panel"}, default "frozen"
         ``frozen``: compare with the frame's reference profiles. ``resampled``: a reference encoder
         with a row in ``cells`` on the dataset is represented by that row of ``p`` (replicate by
-        replicate); reference encoders without a row keep their frozen profile (their count is logged).
+        replicate); reference encoders without a row keep their frozen profile (their count is
+        logged). ``panel``: compare each cell with the other encoders' cells of ``p`` on its dataset,
+        replicate by replicate (cohort-style, no frame).
+    dominance, proximity : str
+        The [ours] variants, :data:`DOMINANCE` and :data:`PROXIMITY`.
 
     Returns
     -------
-    dict of arrays of shape (n, ...)
+    dict of arrays of shape (..., n)
         ``pareto``, ``proximity``, ``worst`` and ``crs``.
     """
     if peers not in PEERS:
         raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
+    if (frame is None) != (peers == "panel"):
+        raise ValueError("peers='frozen' and 'resampled' need a ReferenceFrame; peers='panel' takes frame=None")
     p = np.asarray(p, float)
+    weights = frame.weights if frame is not None else DEFAULT_WEIGHTS
     encoders = cells["encoder"].to_numpy()
     out = {c: np.empty(p.shape[:-1]) for c in (*COMPONENTS, "crs")}
     for dataset, rows in cells.groupby("dataset", sort=True).indices.items():
-        ref_encoders, reference = frame.reference_for(dataset)
+        if peers == "panel":
+            ref_encoders, reference = encoders[rows], p[..., rows, :]
+        else:
+            ref_encoders, reference = frame.reference_for(dataset)
         if peers == "resampled":
             row_of = dict(zip(encoders[rows], rows))
             frozen = [e for e in ref_encoders if e not in row_of]
             if frozen:
                 logger.info("dataset %s: %d reference encoder(s) have no profiles here and keep their frozen "
                             "profile as peers: %s", dataset, len(frozen), ", ".join(frozen))
-            reference = np.stack([p[row_of[e]] if e in row_of else np.broadcast_to(ref, p.shape[1:])
+            reference = np.stack([p[..., row_of[e], :] if e in row_of else np.broadcast_to(ref, p.shape[:-2] + (4,))
                                   for e, ref in zip(ref_encoders, reference)], axis=-2)  # (..., m, 4)
         peer_mask = encoders[rows, None] != ref_encoders[None, :]
-        for name, values in crs_components(p[rows], reference, peer_mask, frame.weights).items():
-            out[name][rows] = values
+        parts = crs_components(p[..., rows, :], reference, peer_mask, weights, dominance=dominance, proximity=proximity)
+        for name, values in parts.items():
+            out[name][..., rows] = values
     return out
 
 
-def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame) -> pd.DataFrame:
-    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) against ``frame``'s frozen peers."""
-    out = score_by_dataset(cells, p, frame)
+def _score_cells(cells: pd.DataFrame, p: np.ndarray, frame: ReferenceFrame | None, *, peers: str) -> pd.DataFrame:
+    """Score normalised profiles ``p`` (rows of ``cells``: encoder, dataset) with :func:`score_by_dataset`."""
+    out = score_by_dataset(cells, p, frame, peers=peers)
     return cells.reset_index(drop=True).assign(**dict(zip(NORMALISED, p.T)), **out)
 
 
-def _cohort_normalise(cells: pd.DataFrame) -> np.ndarray:
-    """Min-max per dataset and dimension over the current panel; a constant dimension maps to 1 **[ours]**."""
-    raw = cells[list(DIMENSIONS)].to_numpy(float)
-    higher_is_better = np.array([DEFAULT_ANCHORS[d][1] > DEFAULT_ANCHORS[d][0] for d in DIMENSIONS])
-    p = np.ones_like(raw)
-    for rows in cells.groupby("dataset").indices.values():
-        x = raw[rows]
-        best = np.where(higher_is_better, x.max(0), x.min(0))
-        worst = np.where(higher_is_better, x.min(0), x.max(0))
-        span = best - worst
-        p[rows] = np.divide(x - worst, span, out=np.ones_like(x), where=span != 0)
-    return p
+def encoder_means(values: np.ndarray, encoders) -> tuple[np.ndarray, np.ndarray]:
+    """Each encoder's mean over its cells: the last axis of ``values``; leading axes are replicates.
+
+    The means are pandas' ``groupby().mean()``, the mean :func:`aggregate_crs` takes, applied to every
+    replicate at once, so an encoder's mean here is its aggregate there to the last bit.
+
+    Parameters
+    ----------
+    values : array of shape (..., n)
+        The values of n cells.
+    encoders : array of shape (n,)
+        The encoder of each cell.
+
+    Returns
+    -------
+    names : array of shape (E,)
+        The encoders, sorted.
+    means : array of shape (..., E)
+
+    Examples
+    --------
+    >>> names, means = encoder_means(np.array([0.5, 0.7, 0.4]), ["a", "a", "b"])
+    >>> names.tolist(), means.tolist()
+    (['a', 'b'], [0.6, 0.4])
+    """
+    values = np.asarray(values, float)
+    by_cell = pd.DataFrame(values.reshape(-1, values.shape[-1]).T)  # one row per cell, one column per replicate
+    means = by_cell.groupby(np.asarray(encoders), sort=True).mean()
+    return means.index.to_numpy(), means.to_numpy().T.reshape(values.shape[:-1] + (len(means),))
 
 
 def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: str = "fixed") -> pd.DataFrame:
@@ -450,8 +611,8 @@ def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: st
         The frozen frame (``mode="fixed"``); must be None for ``mode="cohort"``.
     mode : {"fixed", "cohort"}
         ``fixed``: the frame's anchors and peers (the paper's CRS). ``cohort``: min-max over the
-        current panel per dataset and dimension, dominance counted within the panel and the default
-        weights; only for the insertion experiment.
+        current panel per dataset and dimension (:func:`cohort_normalise`), dominance counted within
+        the panel (``peers="panel"``) and the default weights; only for the insertion experiment.
 
     Returns
     -------
@@ -471,12 +632,12 @@ def crs_scores(profiles: pd.DataFrame, frame: ReferenceFrame | None, *, mode: st
     if (mode == "fixed") != (frame is not None):
         raise ValueError("mode='fixed' needs a ReferenceFrame; mode='cohort' takes frame=None")
     cells = cell_means(profiles)
+    raw = cells[list(DIMENSIONS)].to_numpy()
     if mode == "fixed":
-        scored = _score_cells(cells[["encoder", "dataset"]], normalise(cells[list(DIMENSIONS)].to_numpy(), frame.anchors), frame)
+        scored = _score_cells(cells[["encoder", "dataset"]], normalise(raw, frame.anchors), frame, peers="frozen")
     else:
-        p = _cohort_normalise(cells)
-        scored = _score_cells(cells[["encoder", "dataset"]], p, ReferenceFrame(
-            reference=cells[["encoder", "dataset"]].assign(**dict(zip(NORMALISED, p.T)))))
+        p = cohort_normalise(raw, cells["dataset"].to_numpy(), "minmax")
+        scored = _score_cells(cells[["encoder", "dataset"]], p, None, peers="panel")
     return pd.concat([cells[["encoder", "dataset", *DIMENSIONS]], scored.drop(columns=["encoder", "dataset"])], axis=1)
 
 

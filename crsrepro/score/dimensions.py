@@ -5,10 +5,11 @@ A *reliability profile* is the paper's four-dimensional description of one encod
 efficiency L) and ``robustness`` (R_raw). (The YAML run configuration under ``crsrepro/profiles/``
 is a different thing that keeps the word "profile" for the command line.)
 
-This module reads the runs table (one row per run, :data:`RUN_COLUMNS`; the wide view of the
-results store, :func:`crsrepro.run.results.runs_table`), keeps the paper's primary runs
-(:data:`crsrepro.core.vocab.PRIMARY`) and builds one reliability profile per cell and seed
-(:func:`reliability_profiles`). The CRS that scores those profiles is :mod:`crsrepro.score.crs`.
+This module reads the runs table (one row per run, :data:`crsrepro.core.schema.RUN_COLUMNS`; the
+wide view of the results store, :func:`crsrepro.run.results.runs_table`), keeps the paper's primary
+runs (:data:`crsrepro.core.schema.PRIMARY`) and builds one reliability profile per cell and seed
+(:func:`reliability_profiles`); the depth sweep and LoRA ask it for their layers and regime
+(DESIGN.md section 11). The CRS that scores those profiles is :mod:`crsrepro.score.crs`.
 
 A reliability-profiles table is a DataFrame with the columns ``encoder, dataset, auroc, ece,
 retention, robustness`` and either one row per cell (averaged over seeds) or one row per seed with a
@@ -22,7 +23,8 @@ import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
-from crsrepro.core.schema import PRIMARY, RUN_COLUMNS, is_perturbation, is_transfer
+from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, RUN_COLUMNS, is_perturbation, is_transfer
+from crsrepro.core.vocab import CLEAN, LINEAR
 
 
 class ProfileTableError(CrsreproError, ValueError):
@@ -53,7 +55,8 @@ def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
 
 
 def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, robustness=robustness_raw,
-                         ece_metric: str = "ece", probe: str = "linear") -> pd.DataFrame:
+                         ece_metric: str = "ece", probe: str = LINEAR, layer: str | None = FINAL,
+                         regime: str | None = FROZEN) -> pd.DataFrame:
     """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
 
     Per (encoder, dataset, seed): ``auroc`` and ``ece`` of the clean test split at 100 % labels;
@@ -65,7 +68,8 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
     Parameters
     ----------
     runs : DataFrame
-        A runs table (:data:`RUN_COLUMNS`); only :data:`crsrepro.core.vocab.PRIMARY` rows are read.
+        A runs table (:data:`crsrepro.core.schema.RUN_COLUMNS`); only the rows of
+        :data:`crsrepro.core.schema.PRIMARY` (with ``probe``, ``layer`` and ``regime`` as given) are read.
     include_transfer : bool, default True
         Whether the transfer drop enters robustness (the paper's CRS: True; the external-validity
         check removes it).
@@ -75,46 +79,56 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
         The runs-table column read as the calibration dimension (``classwise_ece`` for the alternative).
     probe : str, default "linear"
         The probe whose runs are read (the primary linear probe, or a control: ``mlp``, ``knn``).
+    layer : str or None, default "final"
+        The layer whose runs are read (:data:`crsrepro.core.schema.FINAL`, or a depth sweep's tap);
+        None reads every layer, each on its own (DESIGN.md section 11).
+    regime : str or None, default "frozen"
+        The regime whose runs are read (:data:`crsrepro.core.schema.FROZEN` or ``lora``); None reads
+        every regime, each on its own.
 
     Returns
     -------
     DataFrame
-        A per-seed reliability-profiles table: ``encoder, dataset, seed, auroc, ece, retention,
-        robustness`` (and ``family`` when the runs have it).
+        A per-seed reliability-profiles table: ``encoder, dataset, seed``, then ``layer`` when
+        ``layer`` is None and ``regime`` when ``regime`` is None (one profile per layer and regime),
+        ``auroc, ece, retention, robustness`` (and ``family`` when the runs have it).
 
     Raises
     ------
     ProfileTableError
         A run is repeated, or a cell x seed lacks its clean 100 % run, a smaller fraction or a perturbation.
     """
-    primary = select_runs(runs, probe=probe)
-    key = ["encoder", "dataset", "seed", "label_fraction", "condition"]
+    primary = select_runs(runs, probe=probe, layer=layer, regime=regime)
+    swept = [column for column, value in (("layer", layer), ("regime", regime)) if value is None]
+    profile_key = ["encoder", "dataset", "seed", *swept]
+    key = profile_key[:3] + ["label_fraction", "condition"] + swept
     dup = primary.duplicated(key, keep=False)
     if dup.any():
         row = primary[dup].iloc[0]
         raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
                                 + " appears more than once")
     rows = []
-    for (encoder, dataset, seed), cell in primary.groupby(["encoder", "dataset", "seed"], sort=True):
-        where = f"runs table, encoder {encoder}, dataset {dataset}, seed {seed}"
-        clean = cell[cell["condition"] == "clean"].set_index("label_fraction")
+    for values, cell in primary.groupby(profile_key, sort=True):
+        at = dict(zip(profile_key, values))
+        where = "runs table, " + ", ".join(f"{k} {v}" for k, v in at.items())
+        clean = cell[cell["condition"] == CLEAN].set_index("label_fraction")
         full = cell[cell["label_fraction"] == 1.0].set_index("condition")
-        if "clean" not in full.index or len(clean) < 2:
+        if CLEAN not in full.index or len(clean) < 2:
             raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
                                     f"fraction, has fractions {sorted(clean.index)}")
         conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
         if not any(is_perturbation(c) for c in conditions):
             raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
-        drops = full.loc["clean", "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
-        row = {"encoder": encoder, "dataset": dataset, "seed": seed, "auroc": full.loc["clean", "auroc"],
-               "ece": full.loc["clean", ece_metric],
-               "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
-               "robustness": robustness(drops)}
+        drops = full.loc[CLEAN, "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
+        row = at | {"auroc": full.loc[CLEAN, "auroc"], "ece": full.loc[CLEAN, ece_metric],
+                    "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
+                    "robustness": robustness(drops)}
         if "family" in cell.columns:
             row["family"] = cell["family"].iloc[0]
         rows.append(row)
     if not rows:
-        raise ProfileTableError("runs table: no primary runs (probe linear, layer final, regime frozen, "
-                                "recalibrator none)")
+        wanted = {**PRIMARY, "probe": probe, "layer": layer or "any", "regime": regime or "any"}
+        raise ProfileTableError("runs table: no primary runs (" + ", ".join(f"{k} {v}" for k, v in wanted.items())
+                                + ")")
     return pd.DataFrame(rows)
 

@@ -1,7 +1,8 @@
 """Generic statistics around the CRS (DESIGN.md section 10): rank agreement and paired bootstraps.
 
 - :func:`rank_agreement` compares two rankings of the same encoders (the paper's AUROC vs CRS
-  comparison: Kendall tau-b, Spearman rho, reversed pairs, mean |rank shift|, top-3 overlap).
+  comparison: Kendall tau-b, Spearman rho, reversed pairs, mean |rank shift|, top-3 overlap); its
+  core, :func:`rank_correlations`, compares many rankings at once (the multiverse's).
 - :func:`seed_paired_bootstrap` is the paper's 10,000-replicate bootstrap over seeds: every
   replicate draws the seeds with replacement, the *same* draw for every encoder, averages the
   per-seed reliability profiles, re-scores every cell under the frame's anchors and weights against
@@ -15,8 +16,9 @@
   the condition for the seed bootstrap to be comparable with the paper's.
 
 The paper's analyses (insertion experiment, external validity, recalibration summary, ...) are in
-:mod:`crsrepro.analyse.findings`; their names are still importable from here (``crsrepro.score.stats.X`` is
-``crsrepro.analyse.findings.X``) for the notebooks and scripts that use them.
+:mod:`crsrepro.analyse.findings`, one layer up; they use the validators and draws of this module
+(:func:`as_generator`, :func:`check_level`, :func:`per_seed_array`, :func:`seed_weights`), as do the
+multiverse (:mod:`crsrepro.analyse.sensitivity`) and ``crsrepro recalibrate``.
 
 Percentile intervals from 5 seeds under-cover: a bootstrap over 5 units sees at most 126 distinct
 resamples and underestimates the spread. The coverage test in ``tests/test_stats.py`` uses 40 units.
@@ -34,16 +36,24 @@ import torch
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from crsrepro.score.crs import (DIMENSIONS, PEERS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
-                          score_by_dataset)
-from crsrepro.score.dimensions import ProfileTableError
 from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+from crsrepro.score.crs import (DIMENSIONS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
+                                score_by_dataset)
+from crsrepro.score.dimensions import ProfileTableError
 
 logger = logging.getLogger(__name__)
 
 
-def _as_generator(rng) -> np.random.Generator:
-    """``rng`` as a Generator: an int seeds a new one, a Generator is used as is."""
+def as_generator(rng) -> np.random.Generator:
+    """``rng`` as a numpy Generator: an int seeds a new one, a Generator is used as is.
+
+    Every bootstrap and every random draw of the analyses takes its ``rng`` argument through here.
+
+    Raises
+    ------
+    ValueError
+        ``rng`` is neither an int nor a Generator (a bool is refused).
+    """
     if isinstance(rng, np.random.Generator):
         return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
@@ -56,7 +66,8 @@ def _check_n_resamples(n_resamples):
         raise ValueError(f"n_resamples must be a positive integer, got {n_resamples!r}")
 
 
-def _check_level(level):
+def check_level(level):
+    """Raise ValueError unless ``level``, the coverage of an interval, lies strictly between 0 and 1."""
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
 
@@ -95,6 +106,51 @@ class RankAgreement:
     ranks: pd.DataFrame
 
 
+def rank_correlations(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kendall tau-b, Spearman rho and the reversed pairs of the rankings ``x`` and ``y``, many at once.
+
+    The core of :func:`rank_agreement`, vectorised: the last axis holds the n encoders' scores (the
+    same encoders in the same order in both), and leading axes, broadcast between ``x`` and ``y``,
+    hold rankings to compare (the multiverse compares every combination with the AUROC order).
+
+    - Kendall tau-b: (concordant - discordant) / sqrt(pairs untied in x * pairs untied in y); NaN
+      when either ranking ties every pair.
+    - Spearman rho: the Pearson correlation of the average ranks, computed as
+      ``numpy.corrcoef(rank_x, rank_y)[0, 1]`` computes it, to the last bit (the ranks' sums are
+      exact, and the scaling and divisions come in numpy's order); NaN when either ranking is constant.
+    - Reversed pairs: the pairs ordered strictly one way by ``x`` and strictly the other way by ``y``.
+
+    Parameters
+    ----------
+    x, y : arrays of shape (..., n)
+        Finite scores (the direction does not matter as long as both share it).
+
+    Returns
+    -------
+    kendall_tau, spearman_rho : float arrays of the broadcast leading shape
+    reversed_pairs : int array of the broadcast leading shape
+
+    Examples
+    --------
+    >>> tau, rho, reversed_pairs = rank_correlations(np.array([3, 2, 1]), np.array([[3, 1, 2], [1, 2, 3]]))
+    >>> tau.round(3).tolist(), rho.tolist(), reversed_pairs.tolist()
+    ([0.333, -1.0], [0.5, -1.0], [1, 3])
+    """
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    n = x.shape[-1]
+    i, j = np.triu_indices(n, k=1)
+    sx, sy = np.sign(x[..., i] - x[..., j]), np.sign(y[..., i] - y[..., j])
+    concordant, discordant = (sx * sy > 0).sum(-1), (sx * sy < 0).sum(-1)
+    untied = np.sqrt((sx != 0).sum(-1) * (sy != 0).sum(-1))
+    tau = np.divide(concordant - discordant, untied, out=np.full(untied.shape, np.nan), where=untied > 0)
+    rank_x, rank_y = rankdata(x, axis=-1), rankdata(y, axis=-1)
+    dx, dy = rank_x - rank_x.mean(-1, keepdims=True), rank_y - rank_y.mean(-1, keepdims=True)
+    scale = 1.0 / (n - 1)  # numpy.cov's normalisation: with it, rho is numpy.corrcoef's to the last bit
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rho = (dx * dy).sum(-1) * scale / np.sqrt((dx ** 2).sum(-1) * scale) / np.sqrt((dy ** 2).sum(-1) * scale)
+    return tau, np.clip(rho, -1.0, 1.0), discordant
+
+
 def rank_agreement(a: Mapping[str, float], b: Mapping[str, float]) -> RankAgreement:
     """Compare the rankings given by two ``{encoder: score}`` maps (higher is better).
 
@@ -128,18 +184,13 @@ def rank_agreement(a: Mapping[str, float], b: Mapping[str, float]) -> RankAgreem
     y = np.array([b[e] for e in encoders], float)
     if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
         raise ValueError("rank_agreement: every score must be a finite number")
-    i, j = np.triu_indices(len(encoders), k=1)
-    sx, sy = np.sign(x[i] - x[j]), np.sign(y[i] - y[j])
-    n_pairs = len(i)
-    concordant, discordant = int(np.sum(sx * sy > 0)), int(np.sum(sx * sy < 0))
-    untied_x, untied_y = int(np.sum(sx != 0)), int(np.sum(sy != 0))
-    tau = (concordant - discordant) / np.sqrt(untied_x * untied_y) if untied_x and untied_y else float("nan")
+    tau, rho, reversed_pairs = rank_correlations(x, y)
     rank_x, rank_y = rankdata(-x), rankdata(-y)
-    rho = float(np.corrcoef(rank_x, rank_y)[0, 1]) if np.ptp(rank_x) and np.ptp(rank_y) else float("nan")
     top = lambda s: set(sorted(encoders, key=lambda e: (-s[e], e))[:3])  # noqa: E731
     ranks = pd.DataFrame({"score_a": x, "score_b": y, "rank_a": rank_x, "rank_b": rank_y,
                           "shift": rank_x - rank_y}, index=pd.Index(encoders, name="encoder"))
-    return RankAgreement(kendall_tau=float(tau), spearman_rho=rho, reversed_pairs=discordant, n_pairs=n_pairs,
+    return RankAgreement(kendall_tau=float(tau), spearman_rho=float(rho), reversed_pairs=int(reversed_pairs),
+                         n_pairs=len(encoders) * (len(encoders) - 1) // 2,
                          mean_abs_rank_shift=float(np.mean(np.abs(rank_x - rank_y))),
                          top3_overlap=len(top(a) & top(b)) / min(3, len(encoders)),
                          ranks=ranks.sort_values(["rank_b", "rank_a"], kind="stable"))
@@ -185,7 +236,7 @@ class BootstrapReplicates:
         Replicates where either value is NaN (e.g. an AUROC with one class in the resample) are
         left out of the interval.
         """
-        _check_level(level)
+        check_level(level)
         for e in (a, b):
             if e not in self.replicates.columns:
                 raise ValueError(f"no encoder {e!r} in the bootstrap (has {', '.join(self.replicates.columns)})")
@@ -199,7 +250,7 @@ class BootstrapReplicates:
 
         NaN replicates (an AUROC with one class in the resample) are left out, as in :meth:`paired_diff_ci`.
         """
-        _check_level(level)
+        check_level(level)
         low, high = (self.replicates.quantile(q) for q in ((1 - level) / 2, (1 + level) / 2))
         return pd.DataFrame({"estimate": self.estimate, "ci_low": low, "ci_high": high})
 
@@ -235,8 +286,24 @@ class SeedBootstrapResult(BootstrapReplicates):
 
 # --------------------------------------------------------------------------- seed-paired bootstrap
 
-def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-    """The cells, the seeds and the (cells, seeds, 4) array of raw profiles; every cell needs every seed."""
+def per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """A per-seed reliability-profiles table as arrays, for the seed bootstraps.
+
+    Returns
+    -------
+    cells : DataFrame
+        Columns ``encoder, dataset``, one row per cell, sorted.
+    seeds : array
+        The seeds, sorted.
+    values : array of shape (cells, seeds, 4)
+        The raw profiles, last axis in :data:`crsrepro.score.crs.DIMENSIONS` order.
+
+    Raises
+    ------
+    ProfileTableError
+        No ``seed`` column, a bad table (:func:`crsrepro.score.crs.cell_means`), or a cell that lacks a
+        seed: every cell needs every seed, as one draw of the seeds is shared by all encoders.
+    """
     if "seed" not in per_seed_profiles.columns:
         raise ProfileTableError("per-seed profiles: missing column seed (the seed-paired bootstrap resamples seeds)")
     cell_means(per_seed_profiles, where="per-seed profiles")  # validates columns, values and duplicates
@@ -254,7 +321,7 @@ def _per_seed_array(per_seed_profiles: pd.DataFrame) -> tuple[pd.DataFrame, np.n
 
 
 SEED_VARYING = ("auroc", "ece", "robustness")
-"""The dimensions a run seed must move for the seed bootstrap to mean what the paper says (issue 10):
+"""The dimensions a run seed must move for the seed bootstrap to mean what the paper says (DESIGN.md section 10):
 D, C and R. Retention moves with the label-subset draw alone."""
 
 
@@ -302,11 +369,11 @@ def has_seed_variance(per_seed_profiles: pd.DataFrame, *, atol: float = 1e-12) -
     return not flat.any()
 
 
-def _seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:
+def seed_weights(generator: np.random.Generator, n_resamples: int, n_seeds: int) -> np.ndarray:
     """(n_resamples, n_seeds) weights: how often each seed was drawn (with replacement) / n_seeds.
 
-    One draw of ``n_seeds`` seeds per replicate; the seed-paired and the two-level bootstraps draw
-    seeds with this function, so the same ``rng`` gives both the same seed draws.
+    One draw of ``n_seeds`` seeds per replicate; the seed-paired and the two-level bootstraps and the
+    multiverse draw seeds with this function, so the same ``rng`` gives them all the same seed draws.
     """
     draws = generator.integers(0, n_seeds, size=(n_resamples, n_seeds))
     weights = np.zeros((n_resamples, n_seeds))
@@ -339,7 +406,7 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
       (:func:`crsrepro.score.crs.score_encoder`) and for ``estimate``.
     - ``peers="frozen"`` scores each replicate against the frame's frozen peer profiles instead:
       the spread of an encoder's score against a fixed panel when only its own seeds vary. It breaks
-      the pairing of the Pareto term and is offered for comparison only (issue 10's toy panel).
+      the pairing of the Pareto term and is offered for comparison only (DESIGN.md section 10).
 
     Parameters
     ----------
@@ -360,15 +427,15 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
         ``p_rank1``, ``p_top3``, ``rank_probabilities``, ``replicates`` and ``paired_diff_ci(a, b)``.
     """
     _check_n_resamples(n_resamples)
-    if peers not in PEERS:
-        raise ValueError(f"peers must be one of {', '.join(PEERS)}, got {peers!r}")
-    cells, seeds, values = _per_seed_array(per_seed_profiles)
-    weights = _seed_weights(_as_generator(rng), n_resamples, len(seeds))
-    p = normalise(np.einsum("bs,csk->cbk", weights, values), frame.anchors)  # (cells, replicates, 4)
-    crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (cells, replicates)
+    if peers not in ("resampled", "frozen"):
+        raise ValueError(f"peers must be one of resampled, frozen, got {peers!r}")
+    cells, seeds, values = per_seed_array(per_seed_profiles)
+    weights = seed_weights(as_generator(rng), n_resamples, len(seeds))
+    p = normalise(np.einsum("bs,csk->bck", weights, values), frame.anchors)  # (replicates, cells, 4)
+    crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (replicates, cells)
     encoders = np.sort(cells["encoder"].unique())
     membership = (cells["encoder"].to_numpy()[None, :] == encoders[:, None]).astype(float)
-    aggregate = (membership / membership.sum(1, keepdims=True)) @ crs  # (encoders, replicates)
+    aggregate = (membership / membership.sum(1, keepdims=True)) @ crs.T  # (encoders, replicates)
     order = np.argsort(-aggregate, axis=0, kind="stable")
     ranks = np.empty_like(order)
     np.put_along_axis(ranks, order, np.arange(1, len(encoders) + 1)[:, None], axis=0)
@@ -465,7 +532,7 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
     dev = torch.device(device)
     y_t = torch.as_tensor(y, dtype=torch.float64, device=dev)
     score_t = {e: torch.as_tensor(np.asarray(scores[e], float), device=dev) for e in encoders}
-    generator = _as_generator(rng)
+    generator = as_generator(rng)
     out = np.empty((n_resamples, len(encoders)))
     starts = range(0, n_resamples, batch_size)
     for start in tqdm(starts, desc="case bootstrap", disable=not progress):
@@ -607,9 +674,9 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
     auroc = {e: np.mean([macro_auroc(y_true, a, task=task) for a in arrays[e]]) for e in encoders}
     ece = {e: np.mean([expected_calibration_error(y_true, a, task=task, n_bins=n_bins) for a in arrays[e]])
            for e in encoders}  # the point estimates; they also validate labels, shapes and probabilities
-    generator = _as_generator(rng)
-    seed_weights = (_seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
-                    else np.ones((n_resamples, 1)))  # one seed: nothing to draw
+    generator = as_generator(rng)
+    seed_draws = (seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
+                  else np.ones((n_resamples, 1)))  # one seed: nothing to draw
     dev = torch.device(device)
     y = torch.as_tensor(np.asarray(y_true, float), dtype=torch.float64, device=dev)
     if task == "multiclass":  # class ids for the ECE, one-vs-rest columns for the AUROC
@@ -622,7 +689,7 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
         b = min(batch_size, n_resamples - start)
         counts = (_case_counts(generator, b, n_cases) if resample_cases else np.ones((b, n_cases)))
         counts_t = torch.as_tensor(counts, dtype=torch.float64, device=dev)
-        w = torch.as_tensor(seed_weights[start:start + b], dtype=torch.float64, device=dev)  # (b, S)
+        w = torch.as_tensor(seed_draws[start:start + b], dtype=torch.float64, device=dev)  # (b, S)
         for j, e in enumerate(encoders):
             per_seed = {"auroc": [], "ece": []}
             for s in range(n_seeds):

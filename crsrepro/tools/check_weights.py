@@ -1,4 +1,4 @@
-"""``crsrepro check-weights``: does each paper encoder's local checkpoint load as released? (issue 11)
+"""``crsrepro check-weights``: does each paper encoder's local checkpoint load as released? (DESIGN.md section 14)
 
 What a user runs on their own files before a GPU-day. For each paper encoder (or one), on the CPU and
 never downloading, :func:`check_encoder` reports
@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from crsrepro.encoders import create_encoder, get_spec, paper
-from crsrepro.encoders.registry import find_weight_file, load_state_dict, resolve_weights
 from crsrepro.core.errors import CrsreproError, MissingWeightsError
+from crsrepro.core.schema import FINAL
+from crsrepro.encoders import create_encoder, get_encoder_spec, paper
+from crsrepro.encoders.weights import find_weight_file, load_state_dict, resolve_weights
 
 PAPER_IDS = tuple(spec.id for spec, _ in paper.PAPER_ENCODERS)
 
@@ -85,7 +86,7 @@ def describe_checkpoint(path: Path) -> str:
 
 def check_encoder(encoder_id: str, *, weights=None) -> CheckResult:
     """Check one paper encoder's local weights on the CPU (see the module docstring)."""
-    spec = get_spec(encoder_id)
+    spec = get_encoder_spec(encoder_id)
     result = CheckResult(encoder_id)
     try:
         where = resolve_weights(spec, weights)
@@ -108,7 +109,7 @@ def check_encoder(encoder_id: str, *, weights=None) -> CheckResult:
     matches = spec.n_params is not None and n_params == spec.n_params
     expected = f"{spec.n_params:,}" if spec.n_params is not None else "none given"
     result.lines.append(f"parameters: {n_params:,} (spec {expected}: {'matches' if matches else 'DIFFERS'})")
-    final = encoder.forward_features(encoder.preprocess(synthetic_image()))["final"]
+    final = encoder.forward_features(encoder.preprocess(synthetic_image()))[FINAL]
     result.lines.append(f"embedding: shape {tuple(final.shape)}, L2 norm {final.norm().item():.4f} "
                         f"(spec dimension {spec.embed_dim}) on the fixed synthetic image")
     result.passed = matches and final.shape[1] == spec.embed_dim
@@ -125,7 +126,7 @@ def check_weights(encoder_ids=None, *, weights=None, out=print) -> list[CheckRes
     """
     ids = list(encoder_ids or PAPER_IDS)
     for encoder_id in ids:
-        get_spec(encoder_id)  # an unknown id: UnknownEncoderError with close matches
+        get_encoder_spec(encoder_id)  # an unknown id: UnknownEncoderError with close matches
         if encoder_id not in PAPER_IDS:
             raise CrsreproError(f"check-weights checks the paper encoders ({', '.join(PAPER_IDS)}); "
                                 f"{encoder_id!r} is not one")

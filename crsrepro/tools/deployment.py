@@ -27,6 +27,7 @@ import pandas as pd
 from PIL import Image
 from scipy.special import log_softmax, softmax
 
+from crsrepro.core.vocab import CLEAN
 from crsrepro.data.demo_world import APTOS_COUNTS, sample_images
 from crsrepro.extract.perturb import apply_condition
 
@@ -76,7 +77,7 @@ def example_cohort(out_dir, *, n=600, seed=0) -> Path:
     return out
 
 
-def example_images(out_dir, *, n=12, condition="clean", seed=0, image_size=128) -> Path:
+def example_images(out_dir, *, n=12, condition=CLEAN, seed=0, image_size=128) -> Path:
     """Write ``n`` demo-world fundus images (PNG) under ``condition`` (``"clean"`` or ``"jpeg@2"`` ...).
 
     The same ``seed`` gives the same underlying images, so a clean and a degraded folder differ only

@@ -49,7 +49,7 @@ from crsrepro.fit.calibration import (RECALIBRATORS, TooFewCasesError, make_reca
                                   select_recalibrator)
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error, reliability_curve
-from crsrepro.score.stats import _as_generator, case_paired_bootstrap
+from crsrepro.score.stats import as_generator, case_paired_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -353,7 +353,7 @@ def cases_for_ece_precision(labels, probs, *, tolerance=ECE_TOLERANCE, level=LEV
     """
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must lie in (0, 1), got {tolerance!r}")
-    generator = _as_generator(rng)
+    generator = as_generator(rng)
     labels, probs = np.asarray(labels), np.asarray(probs, dtype=float)
     n = len(labels)
     sizes = sorted({m for m in (n // 4, n // 2, n) if m >= 10})
@@ -443,7 +443,7 @@ class RecalibrationReport:
 def _before_after(labels, before, after, *, seed):
     """ECE and AUROC before/after with paired case-bootstrap intervals (the same draws for both)."""
     n = len(labels)
-    draws = _as_generator(seed).integers(0, n, size=(N_RESAMPLES, n))
+    draws = as_generator(seed).integers(0, n, size=(N_RESAMPLES, n))
     ece_b, ece_a = _bootstrap_ece(labels, before, draws), _bootstrap_ece(labels, after, draws)
     ece = [expected_calibration_error(labels, p, task="multiclass") for p in (before, after)]
     auroc = case_paired_bootstrap(labels, {"before": before, "after": after}, task="multiclass",

@@ -15,10 +15,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from crsrepro.core.schema import LOWER_IS_BETTER, Condition, condition_name, is_perturbation
+from crsrepro.core.vocab import CLEAN
+from crsrepro.profiles import Profile
 from crsrepro.score.crs import DIMENSIONS
 from crsrepro.score.dimensions import select_runs
-from crsrepro.profiles import Profile
-from crsrepro.present.report import LOWER_IS_BETTER
 from crsrepro.present.plots.style import (
     CYCLE,
     DIVERGING,
@@ -105,11 +106,15 @@ def example_images(profile: Profile, *, per_dataset: int = 6, manifest_dir=None)
 
 
 @styled
-def perturbation_grid(profile: Profile, dataset: str, *, manifest_dir=None) -> Figure:
+def perturbation_grid(profile: Profile, dataset: str | None, *, manifest_dir=None) -> Figure | None:
     """One test image of ``dataset`` under every perturbation (rows) at every severity (columns).
 
     The image is degraded at its canonical size, exactly as the features see it (DESIGN.md section 6).
+    ``dataset`` None draws nothing (None): a one-dataset profile has no contrast dataset
+    (:func:`crsrepro.present.report.tables.contrast_dataset`).
     """
+    if dataset is None:
+        return None
     from crsrepro.data import prepare_dataset, read_image
     from crsrepro.extract.perturb import apply_condition
 
@@ -123,7 +128,7 @@ def perturbation_grid(profile: Profile, dataset: str, *, manifest_dir=None) -> F
                  layout="constrained")
     axes = fig.subplots(len(profile.perturbations), len(severities) + 1, squeeze=False)
     for ax_row, name in zip(axes, profile.perturbations):
-        for ax, condition in zip(ax_row, ["clean"] + [f"{name}@{s}" for s in severities]):
+        for ax, condition in zip(ax_row, [CLEAN] + [condition_name(name, s) for s in severities]):
             ax.imshow(apply_condition(image, condition, row["image_id"]))
             ax.set_title(condition, fontsize=FONT_SIZE - 1)
             ax.set_xticks([]), ax.set_yticks([])
@@ -140,7 +145,7 @@ def auroc_by_encoder(runs: pd.DataFrame) -> Figure:
     """Clean full-label AUROC per encoder (points: seeds; bar: mean, coloured by family), one panel per
     dataset.
 
-    ``runs`` are the wide primary runs (:func:`crsrepro.present.report.primary_runs`).
+    ``runs`` are the wide primary runs (:func:`crsrepro.present.report.tables.primary_runs`).
     """
     datasets = list(dict.fromkeys(runs["dataset"]))
     order = runs.groupby("encoder")["auroc"].mean().sort_values(ascending=False).index
@@ -230,7 +235,7 @@ def reliability_diagram(y_true, probs_before, probs_after, *, task: str, n_bins:
 def recalibration_effect(cells: pd.DataFrame) -> Figure:
     """ECE before and after each recalibrator, one point per cell, coloured by dataset.
 
-    ``cells`` is :attr:`crsrepro.score.stats.RecalibrationSummary.cells`. Points under the dashed diagonal
+    ``cells`` is :attr:`crsrepro.analyse.findings.RecalibrationSummary.cells`. Points under the dashed diagonal
     improved; under the dotted line ECE was at least halved.
     """
     recalibrators = list(dict.fromkeys(cells["recalibrator"]))
@@ -262,7 +267,7 @@ def label_efficiency_curves(runs: pd.DataFrame, *, metric: str = "auroc") -> Fig
     ``runs`` is a runs table (:func:`crsrepro.run.results.runs_table`); its primary clean runs at every
     label fraction are drawn.
     """
-    part = select_runs(runs, condition="clean").assign(percent=lambda t: t["label_fraction"] * 100)
+    part = select_runs(runs, condition=CLEAN).assign(percent=lambda t: t["label_fraction"] * 100)
     styles = encoder_styles(_families(part))
     datasets = list(dict.fromkeys(part["dataset"]))
     fig, axes = _panels(len(datasets), height=3.0)
@@ -284,8 +289,8 @@ def robustness_heatmap(runs: pd.DataFrame, dataset: str) -> Figure:
     """AUROC drop (clean - condition) per encoder and test condition on ``dataset`` (100 % labels)."""
     part = runs[(runs["dataset"] == dataset) & np.isclose(runs["label_fraction"], 1.0)]
     means = part.groupby(["encoder", "condition"])["auroc"].mean().unstack("condition")
-    drops = means.drop(columns="clean").rsub(means["clean"], axis=0)
-    drops = drops[sorted(drops.columns, key=lambda c: ("@" not in c, c))]
+    drops = means.drop(columns=CLEAN).rsub(means[CLEAN], axis=0)
+    drops = drops[sorted(drops.columns, key=lambda c: (not is_perturbation(c), c))]   # perturbations, then transfer sets
     drops.index = [short_name(e) for e in drops.index]
     fig = Figure(figsize=(PAGE_WIDTH, 0.3 * drops.shape[0] + 2.2), layout="constrained")
     ax = fig.subplots()
@@ -300,17 +305,21 @@ def robustness_heatmap(runs: pd.DataFrame, dataset: str) -> Figure:
 
 
 @styled
-def severity_curves(runs: pd.DataFrame, dataset: str) -> Figure:
+def severity_curves(runs: pd.DataFrame, dataset: str | None) -> Figure | None:
     """AUROC (top row) and ECE (bottom row) against severity, one column per perturbation, on
     ``dataset`` at 100 % labels; severity 0 is the clean test split. Lines are seed means per encoder.
 
-    ``runs`` is a runs table (:func:`crsrepro.run.results.runs_table`).
+    ``runs`` is a runs table (:func:`crsrepro.run.results.runs_table`). ``dataset`` None draws nothing
+    (None): a one-dataset profile has no contrast dataset (:func:`crsrepro.present.report.tables.contrast_dataset`).
     """
+    if dataset is None:
+        return None
     part = select_runs(runs, dataset=dataset, label_fraction=1.0)
-    clean = part[part["condition"] == "clean"]
-    perturbed = part[part["condition"].str.contains("@")]
-    split = perturbed["condition"].str.split("@", expand=True)
-    perturbed = perturbed.assign(perturbation=split[0], severity=split[1].astype(float))
+    clean = part[part["condition"] == CLEAN]
+    perturbed = part[part["condition"].map(is_perturbation)]
+    conditions = perturbed["condition"].map(Condition.parse)
+    perturbed = perturbed.assign(perturbation=conditions.map(lambda c: c.perturbation),
+                                 severity=conditions.map(lambda c: float(c.severity)))
     perturbations = list(dict.fromkeys(perturbed["perturbation"]))
     styles = encoder_styles(_families(part))
     fig = Figure(figsize=(PAGE_WIDTH, 4.8), layout="constrained")
@@ -336,7 +345,7 @@ def transfer_scatter(table: pd.DataFrame, families: pd.Series, *, source: str = 
                      target: str = "mimic_cxr") -> Figure:
     """AUROC on the transfer target against AUROC on the source, per encoder, coloured by family.
 
-    ``table`` is :attr:`crsrepro.score.stats.ExternalValidity.table` (``source_auroc``, ``target_auroc`` by
+    ``table`` is :attr:`crsrepro.analyse.findings.ExternalValidity.table` (``source_auroc``, ``target_auroc`` by
     encoder) and ``families`` maps encoder to family (e.g. ``WelchResult.table["family"]``).
     """
     table = table.join(families.rename("family"))
@@ -360,13 +369,13 @@ def transfer_bars(runs: pd.DataFrame, *, source: str = "chexpert", target: str =
     """Transfer AUROC per encoder, medical-pretrained (medical + specialist) beside general, with the
     source AUROC as a black tick above each bar and each group's mean as a dashed line.
 
-    The groups and the test are :func:`crsrepro.score.stats.welch_transfer_test`'s (its p-value is in the
+    The groups and the test are :func:`crsrepro.analyse.findings.welch_transfer_test`'s (its p-value is in the
     title); ``runs`` is a runs table with a ``family`` column.
     """
     from crsrepro.analyse.findings import welch_transfer_test
 
     welch = welch_transfer_test(runs, source=source, target=target)
-    source_auroc = select_runs(runs, dataset=source, condition="clean", label_fraction=1.0) \
+    source_auroc = select_runs(runs, dataset=source, condition=CLEAN, label_fraction=1.0) \
         .groupby("encoder")["auroc"].mean()
     table = welch.table.assign(source_auroc=source_auroc).sort_values(["group", "target_auroc"],
                                                                       ascending=[False, False])
@@ -543,7 +552,7 @@ def rank_probabilities(probabilities: pd.DataFrame) -> Figure:
 def insertion_movements(movements: pd.DataFrame) -> Figure:
     """How far published CRS move when encoders are inserted: the fixed frame against cohort scoring.
 
-    ``movements`` is :attr:`crsrepro.score.stats.InsertionResult.movements` (``trial, mode, encoder, dataset,
+    ``movements`` is :attr:`crsrepro.analyse.findings.InsertionResult.movements` (``trial, mode, encoder, dataset,
     movement``). Left: every published cell's |change| per mode (box and points). Right: the largest
     movement in each trial, so a reader sees that fixed is zero in every trial, not only on average.
     """

@@ -1,4 +1,5 @@
-"""Figures of the deployment analyses (issue 16; beyond the paper), in the book's style (:mod:`crsrepro.present.plots.style`).
+"""Figures of the deployment analyses (DESIGN.md section 14, beyond the paper), in the book's style
+(:mod:`crsrepro.present.plots.style`).
 
 :func:`sensitivity_vs_severity` shows what a threshold chosen on clean val images does on degraded
 test images: the achieved sensitivity at a fixed threshold (:mod:`crsrepro.analyse.operating_points`) against
@@ -11,6 +12,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from crsrepro.analyse.operating_points import OPERATING_POINTS, severity_summary
+from crsrepro.core.vocab import CLEAN
 from crsrepro.present.plots.style import NEUTRAL, PAGE_WIDTH, encoder_styles, grid_shape, short_name, styled
 
 
@@ -54,7 +56,7 @@ def sensitivity_vs_severity(table: pd.DataFrame, *, dataset: str | None = None,
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(PAGE_WIDTH, 2.3 * n_rows + 0.6), sharey=True, squeeze=False)
     for ax, perturbation in zip(axes.flat, perturbations):
         for encoder, cell in summary.groupby("encoder"):
-            curve = cell[cell["perturbation"].isin([perturbation, "clean"]) & cell["severity"].notna()]
+            curve = cell[cell["perturbation"].isin([perturbation, CLEAN]) & cell["severity"].notna()]
             curve = curve.sort_values("severity")
             ax.plot(curve["severity"], curve[value], label=short_name(encoder), **styles[encoder])
         ax.set_title(perturbation)

@@ -1,4 +1,4 @@
-"""The specification-curve figure of the sensitivity chapter (issue 15; beyond the paper).
+"""The specification-curve figure of the sensitivity chapter (DESIGN.md section 14, beyond the paper).
 
 :func:`specification_curve` sorts the combinations of :func:`crsrepro.analyse.sensitivity.multiverse` by a
 statistic and marks, below the curve, which level of each choice every combination uses

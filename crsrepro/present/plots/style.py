@@ -1,4 +1,4 @@
-"""The book's figure style, defined once: colours, sizes and fonts (issue 14).
+"""The book's figure style, defined once: colours, sizes and fonts (DESIGN.md section 12).
 
 Every function in :mod:`crsrepro.present.plots` draws inside :func:`styled`, so that
 

@@ -1,0 +1,258 @@
+"""The solvers of the linear probe: a batched L-BFGS in torch and the scikit-learn reference (DESIGN.md section 7).
+
+The linear probe (:mod:`crsrepro.fit.linear`) fits an l2-regularised logistic regression for every C of
+its grid (and, for multi-label data, every label). Its objective follows scikit-learn exactly::
+
+    C * sum_i logloss_i + 0.5 * ||W||^2        (the intercept is not penalised)
+
+and the two backends of :data:`SOLVERS` solve that same problem on standardised features:
+
+``"torch"`` (:func:`solve_torch`, :func:`solve_torch_masked`)
+    Every (C, label) problem of one probe, or of every label fraction of a cell-seed (a row mask per
+    fraction), as a single full-batch :func:`batched_lbfgs` in float64 on a CPU or a GPU.
+``"sklearn"`` (:func:`solve_sklearn`)
+    One ``sklearn.linear_model.LogisticRegression`` (lbfgs) per (C, label): the reference.
+
+Both return the same arrays (coefficients, intercepts, iteration counts, convergence flags and
+whether the time cap was hit), so the probe picks C the same way whichever solved it. Nothing here
+knows about probes: the module imports nothing from them.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import torch
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
+
+
+def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_size=10, max_line_search=40):
+    """Minimise P independent smooth objectives at once with L-BFGS (one history per problem).
+
+    Each problem keeps its own curvature history, initial scaling and step length, and stops on its
+    own when the largest absolute gradient entry falls to ``tol`` (scipy's ``pgtol``, the criterion
+    scikit-learn's lbfgs uses). Every objective evaluation is batched over the problems still
+    running. The step is found by backtracking on the Armijo condition **[ours: simpler than a strong
+    Wolfe search and enough for convex problems]**; a pair that breaks the curvature condition
+    ``s'y > 0`` is left out of the history.
+
+    Parameters
+    ----------
+    objective : callable
+        ``objective(theta_subset, index) -> (f, g)``: the values ``f`` (p,) and gradients ``g``
+        (p, d) of the problems ``index`` (a LongTensor of length p) at ``theta_subset`` (p, d).
+    theta : Tensor of shape (P, d)
+        The starting points; not modified.
+    max_iter : int
+        The iteration budget per problem.
+    tol : float
+        Gradient tolerance (max-norm) for convergence.
+    time_cap_s : float or None
+        Stop every problem once this much wall time has passed.
+    history_size : int, default 10
+        Number of stored curvature pairs (scipy's default is 10).
+    max_line_search : int, default 40
+        Halvings of the step before a problem is given up as stalled.
+
+    Returns
+    -------
+    theta : Tensor of shape (P, d)
+    n_iter : ndarray of shape (P,)
+        Iterations used per problem.
+    converged : ndarray of shape (P,), bool
+    hit_time_cap : bool
+        True if the time cap stopped problems that had not converged.
+    """
+    start = time.perf_counter()
+    theta = theta.clone()
+    n_problems, dim = theta.shape
+    m = history_size
+    S = theta.new_zeros(m, n_problems, dim)
+    Y = theta.new_zeros(m, n_problems, dim)
+    rho = theta.new_zeros(m, n_problems)
+    gamma = theta.new_ones(n_problems)
+    has_pair = torch.zeros(n_problems, dtype=torch.bool, device=theta.device)
+    f, g = objective(theta, torch.arange(n_problems, device=theta.device))
+    converged = g.abs().amax(dim=1) <= tol
+    running = ~converged
+    n_iter = torch.zeros(n_problems, dtype=torch.long, device=theta.device)
+    hit_time_cap = False
+    for it in range(max_iter):
+        idx = running.nonzero().squeeze(1)
+        if idx.numel() == 0:
+            break
+        if time_cap_s is not None and time.perf_counter() - start > time_cap_s:
+            hit_time_cap = True
+            break
+        g_i = g[idx]
+        # two-loop recursion: direction = -H g, newest pair first
+        direction = -g_i
+        alphas = []
+        for j in range(min(it, m)):
+            slot = (it - 1 - j) % m
+            alpha = rho[slot, idx] * (S[slot, idx] * direction).sum(1)
+            direction = direction - alpha[:, None] * Y[slot, idx]
+            alphas.append((slot, alpha))
+        direction = gamma[idx, None] * direction
+        for slot, alpha in reversed(alphas):
+            beta = rho[slot, idx] * (Y[slot, idx] * direction).sum(1)
+            direction = direction + S[slot, idx] * (alpha - beta)[:, None]
+        slope = (g_i * direction).sum(1)
+        uphill = slope >= 0
+        direction[uphill] = -g_i[uphill]
+        slope = torch.where(uphill, -(g_i * g_i).sum(1), slope)
+        # first step of a problem without curvature information: scale as torch.optim.LBFGS does
+        step = torch.where(has_pair[idx], torch.ones_like(slope), (1.0 / g_i.abs().sum(1)).clamp(max=1.0))
+        # backtracking line search on the Armijo condition, batched over the pending problems
+        accepted = torch.zeros_like(uphill)
+        f_new, g_new = f[idx].clone(), g_i.clone()
+        for _ in range(max_line_search):
+            pending = (~accepted).nonzero().squeeze(1)
+            if pending.numel() == 0:
+                break
+            f_try, g_try = objective(theta[idx[pending]] + step[pending, None] * direction[pending], idx[pending])
+            ok = f_try <= f[idx[pending]] + 1e-4 * step[pending] * slope[pending]
+            f_new[pending[ok]], g_new[pending[ok]] = f_try[ok], g_try[ok]
+            accepted[pending[ok]] = True
+            step[pending[~ok]] *= 0.5
+        # the curvature pair of this iteration goes into slot it % m (zero rho: skipped pair)
+        slot = it % m
+        s = step[:, None] * direction * accepted[:, None]
+        y = (g_new - g_i) * accepted[:, None]
+        sy = (s * y).sum(1)
+        good = accepted & (sy > 1e-10)
+        S[slot, idx], Y[slot, idx] = s, y
+        rho[slot, idx] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
+        gamma[idx] = torch.where(good, sy / (y * y).sum(1).clamp(min=1e-300), gamma[idx])
+        has_pair[idx] |= good
+        theta[idx] += s
+        f[idx], g[idx] = f_new, g_new
+        n_iter[idx] += 1
+        converged[idx] = g_new.abs().amax(dim=1) <= tol
+        running[idx] = ~converged[idx] & accepted  # a failed line search stalls the problem
+    return theta, n_iter.cpu().numpy(), converged.cpu().numpy(), hit_time_cap
+
+
+class _LogisticObjective:
+    """The normalised l2 logistic objectives of many problems: ``mean logloss + ||W||^2 / (2 C n)``.
+
+    Dividing scikit-learn's ``C * sum logloss + ||W||^2 / 2`` by ``C n`` changes no minimiser and
+    makes the gradient tolerance mean the same as in scikit-learn's lbfgs. ``link="sigmoid"``: each
+    problem is one binary logistic regression on one target column (NaN targets masked).
+    ``link="softmax"``: each problem is a multinomial regression on integer targets. A problem's
+    parameters are flattened as ``(M, D + 1)`` (weights then intercept), M = 1 or K.
+
+    Every problem also has a row mask, ``rows[fraction[p]]``: its loss and ``n`` run over those rows
+    only, so problems on nested label subsets share one feature matrix (the masked solve of
+    :func:`crsrepro.fit.linear.fit_linear_probes`). A masked row adds exact zeros to the loss and the gradient.
+    """
+
+    def __init__(self, Z, targets, *, link, C, rows, fraction, column=None, n_classes=None):
+        self.Z, self.link, self.C = Z, link, C
+        self.n_features = Z.shape[1]
+        mask = rows.to(Z.dtype)[fraction].T  # (N, P): the problem's row subset
+        if link == "sigmoid":
+            mask = mask * (~torch.isnan(targets)).to(Z.dtype)[:, column]
+            self.targets = torch.nan_to_num(targets)
+            self.column = column
+            self.n_outputs = 1
+        else:
+            self.onehot = torch.nn.functional.one_hot(targets, n_classes).to(Z.dtype)
+            self.n_outputs = n_classes
+        self.mask, self.n_obs = mask, mask.sum(0)
+
+    def __call__(self, theta, index):
+        n, d = self.Z.shape
+        p = theta.shape[0]
+        params = theta.view(p, self.n_outputs, d + 1)
+        W, b = params[..., :d], params[..., d]
+        C, mask, n_obs = self.C[index], self.mask[:, index, None], self.n_obs[index]
+        z = (self.Z @ W.reshape(p * self.n_outputs, d).T).view(n, p, self.n_outputs) + b
+        if self.link == "sigmoid":
+            t = self.targets[:, self.column[index], None]
+            loss = (mask * (torch.nn.functional.softplus(z) - t * z)).sum((0, 2))
+            residual = mask * (torch.sigmoid(z) - t) / n_obs[None, :, None]
+        else:
+            loss = (mask[..., 0] * (torch.logsumexp(z, 2) - (z * self.onehot[:, None, :]).sum(2))).sum(0)
+            residual = mask * (torch.softmax(z, 2) - self.onehot[:, None, :]) / n_obs[None, :, None]
+        f = loss / n_obs + (W * W).sum((1, 2)) / (2 * C * n_obs)
+        grad_W = (residual.reshape(n, -1).T @ self.Z).view(p, self.n_outputs, d) + W / (C * n_obs)[:, None, None]
+        grad = torch.cat([grad_W, residual.sum(0)[..., None]], dim=2)
+        return f, grad.reshape(p, -1)
+
+
+def solve_torch_masked(Z, targets, row_masks, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+    """Fit every (row mask, C, column) problem as one :func:`batched_lbfgs`.
+
+    ``row_masks`` is a bool array (F, N): problem (f, c, j) fits column j at C ``c_grid[c]`` on the
+    rows of mask f. Returns ``coef (F, nC, M, D)``, ``intercept (F, nC, M)``, ``n_iter (F, nC,
+    n_cols)``, ``converged (F, nC, n_cols)`` and whether the time cap was hit.
+    """
+    device = torch.device(device)
+    Z_t = torch.as_tensor(Z, dtype=torch.float64, device=device)
+    n_masks, n_c = len(row_masks), len(c_grid)
+    if link == "sigmoid":
+        n_cols = targets.shape[1]
+        y_t = torch.as_tensor(targets, dtype=torch.float64, device=device)
+    else:
+        n_cols = 1
+        y_t = torch.as_tensor(targets, dtype=torch.long, device=device)
+    # problem index = (mask, C index, column), column fastest
+    fraction = torch.arange(n_masks, device=device).repeat_interleave(n_c * n_cols)
+    column = torch.arange(n_cols, device=device).repeat(n_masks * n_c)
+    C = torch.as_tensor(np.tile(np.repeat(c_grid, n_cols), n_masks), dtype=torch.float64, device=device)
+    objective = _LogisticObjective(Z_t, y_t, link=link, C=C, rows=torch.as_tensor(row_masks, device=device),
+                                   fraction=fraction, column=column if link == "sigmoid" else None,
+                                   n_classes=n_classes)
+    n_out = objective.n_outputs
+    theta0 = Z_t.new_zeros(n_masks * n_c * n_cols, n_out * (Z.shape[1] + 1))
+    theta, n_iter, converged, hit_cap = batched_lbfgs(objective, theta0, max_iter=max_iter, tol=tol,
+                                                       time_cap_s=time_cap_s)
+    params = theta.view(n_masks, n_c, n_cols * n_out, Z.shape[1] + 1).cpu().numpy()
+    return (params[..., :-1], params[..., -1], n_iter.reshape(n_masks, n_c, n_cols),
+            converged.reshape(n_masks, n_c, n_cols), hit_cap)
+
+
+def solve_torch(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+    """Fit every (C, column) problem with :func:`batched_lbfgs`; shapes as in :func:`solve_sklearn`."""
+    coef, intercept, n_iter, converged, hit_cap = solve_torch_masked(
+        Z, targets, np.ones((1, Z.shape[0]), dtype=bool), link=link, n_classes=n_classes, c_grid=c_grid,
+        max_iter=max_iter, tol=tol, time_cap_s=time_cap_s, device=device)
+    return coef[0], intercept[0], n_iter[0], converged[0], hit_cap
+
+
+def solve_sklearn(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+    """Fit one ``LogisticRegression`` per (C, column); after the first C, start none past the time cap.
+
+    Returns ``coef (nC, M, D)``, ``intercept (nC, M)``, ``n_iter (nC, n_cols)``, ``converged (nC,
+    n_cols)`` and whether the cap was hit; C values never reached have NaN coefficients.
+    """
+    del device  # the reference backend runs on the CPU
+    start = time.perf_counter()
+    columns = [targets[:, j] for j in range(targets.shape[1])] if link == "sigmoid" else [targets]
+    n_out = len(columns) if link == "sigmoid" else n_classes
+    coef = np.full((len(c_grid), n_out, Z.shape[1]), np.nan)
+    intercept = np.full((len(c_grid), n_out), np.nan)
+    n_iter = np.zeros((len(c_grid), len(columns)), dtype=int)
+    converged = np.zeros((len(c_grid), len(columns)), dtype=bool)
+    for c_index, C in enumerate(c_grid):
+        if c_index > 0 and time_cap_s is not None and time.perf_counter() - start > time_cap_s:
+            return coef, intercept, n_iter, converged, True
+        for j, column in enumerate(columns):
+            seen = ~np.isnan(column) if link == "sigmoid" else slice(None)
+            model = LogisticRegression(C=C, solver="lbfgs", max_iter=max_iter, tol=tol)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                model.fit(Z[seen], column[seen].astype(int))
+            rows = slice(j, j + 1) if link == "sigmoid" else slice(None)
+            coef[c_index, rows], intercept[c_index, rows] = model.coef_, model.intercept_
+            n_iter[c_index, j] = int(model.n_iter_.max())
+            converged[c_index, j] = n_iter[c_index, j] < max_iter
+    return coef, intercept, n_iter, converged, False
+
+
+#: The solve of each probe backend (:data:`crsrepro.core.vocab.PROBE_BACKENDS`), by name.
+SOLVERS = {"torch": solve_torch, "sklearn": solve_sklearn}

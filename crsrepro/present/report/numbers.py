@@ -1,0 +1,244 @@
+"""This run's numbers that each chapter's prose quotes, one function per chapter (DESIGN.md section 12).
+
+Each function takes the run's :class:`crsrepro.analyse.run_analysis.RunAnalysis` and returns
+``{glue name: formatted text}``: every value is read from the analysis (or from the chapter's worked
+example, :mod:`crsrepro.present.teaching`), never typed, and only formatted here. The chapter glues them
+(:func:`crsrepro.present.report.html.glue_numbers`) for ``{glue:text}`name``` in its prose;
+:data:`crsrepro.present.chapters.CHAPTERS` says which function is whose. A value that is an
+``IPython.display.Markdown`` sentence is for ``{glue:md}`name```.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from crsrepro.present import claims, teaching
+from crsrepro.present.plots.style import short_name
+from crsrepro.present.report import tables
+
+
+def _f(value, digits: int = 3) -> str:
+    """A number as the prose quotes it.
+
+    >>> _f(0.12345), _f(3), _f(float("nan")), _f(-0.5, 2)
+    ('0.123', '3', 'n/a', '-0.50')
+    """
+    if isinstance(value, (int, np.integer)):
+        return f"{value:,}"
+    return "n/a" if not np.isfinite(value) else f"{value:.{digits}f}"
+
+
+def _pct(value) -> str:
+    """A share as a percentage.
+
+    >>> _pct(0.256)
+    '26 %'
+    """
+    return "n/a" if not np.isfinite(value) else f"{100 * value:.0f} %"
+
+
+def setup(analysis) -> dict[str, str]:
+    """Chapter 00: the size of the run's panel and grid."""
+    p, runs = analysis.profile, analysis.all_runs
+    return {"n_encoders": _f(len(p.encoders)), "n_datasets": _f(len(p.datasets)), "n_seeds": _f(len(p.seeds)),
+            "n_runs": _f(len(runs)), "n_rowsets": _f(analysis.results["rowset"].nunique()),
+            "n_conditions": _f(runs["condition"].nunique()), "profile_name": p.name}
+
+
+def discrimination(analysis) -> dict[str, str]:
+    """Chapter 01: the worked AUROC and the AUROC ranking's ends."""
+    by_auroc = analysis.aggregate.sort_values("rank_auroc")
+    toy = teaching.toy_auroc()
+    return {"toy_auroc": _f(toy.attrs["auroc"], 2), "toy_pairs_won": _f(int(toy["ranked above"].sum())),
+            "auroc_leader": short_name(by_auroc.index[0]), "auroc_leader_value": _f(by_auroc["auroc"].iloc[0]),
+            "auroc_last": short_name(by_auroc.index[-1]), "auroc_last_value": _f(by_auroc["auroc"].iloc[-1]),
+            "auroc_spread": _f(by_auroc["auroc"].iloc[0] - by_auroc["auroc"].iloc[-1])}
+
+
+def calibration(analysis) -> dict[str, str]:
+    """Chapter 02: the worked ECE, what the recalibrators do, and the val split sizes they are fitted on."""
+    p = analysis.profile
+    recal = analysis.recalibration
+    cells, summary = recal.cells, recal.summary
+    temperature = cells[cells["recalibrator"] == "temperature"]
+    val = tables.data_inventory(p).loc[list(p.datasets), "val"]   # the transfer sets have no val split
+    return {"toy_ece": _f(teaching.toy_ece().attrs["ece"]),
+            "ece_mean_before": _f(temperature["ece_before"].mean()),
+            "temperature_mean_drop": _f(summary.loc["temperature", "mean_absolute_drop"]),
+            "temperature_share_improved": _pct((temperature["absolute_drop"] > 0).mean()),
+            "dirichlet_mean_drop": _f(summary.loc["dirichlet", "mean_absolute_drop"]),
+            "worst_relative_change": _pct(cells["relative_reduction"].min()),
+            "temperature_auroc_change": _f(summary.loc["temperature", "mean_auroc_change"], 4),
+            "n_val_min": _f(int(val.min())), "n_val_max": _f(int(val.max()))}
+
+
+def subgroups(table: pd.DataFrame, worst) -> dict[str, str]:
+    """Chapter 02's subgroup section: ``table`` is a :func:`crsrepro.analyse.subgroups.subgroup_table`,
+    ``worst`` its :func:`crsrepro.present.report.tables.worst_subgroups` (``n/a`` when None)."""
+    numbers = {"n_subgroups": _f(len(table[["dataset", "attribute", "subgroup"]].drop_duplicates())),
+               "n_subgroups_skipped": _f(len(table.attrs.get("skipped", [])))}
+    names = ("worst_auroc_gap", "worst_auroc_who", "worst_auroc_where", "worst_ece_gap", "worst_ece_who",
+             "worst_ece_where", "worst_subgroup_tau", "worst_subgroup_reversed")
+    if worst is None:
+        return numbers | dict.fromkeys(names, "n/a")
+    by_auroc, by_ece = worst.per_encoder.sort_values("auroc_gap"), worst.per_encoder.sort_values("ece_gap")
+    a, e = by_auroc.iloc[0], by_ece.iloc[-1]
+    values = (_f(float(a["auroc_gap"])), short_name(by_auroc.index[0]),
+              f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
+              _f(float(e["ece_gap"])), short_name(by_ece.index[-1]),
+              f"{e['ece_attribute']} = {e['ece_subgroup']} on {e['ece_dataset']}",
+              _f(worst.agreement.kendall_tau), _f(int(worst.agreement.reversed_pairs)))
+    return numbers | dict(zip(names, values))
+
+
+def label_efficiency(analysis) -> dict[str, str]:
+    """Chapter 03: the worked AULC and retention, their correlations with full-label AUROC, and the
+    range of retention against the chance floor 0.5 / AUROC."""
+    toy = teaching.toy_retention_vs_aulc()
+    corr = analysis.aulc_vs_retention.correlations
+    cells = analysis.cell_means
+    return {"toy_aulc_a": _f(toy.loc["A", "AULC"]), "toy_aulc_b": _f(toy.loc["B", "AULC"]),
+            "toy_retention_a": _f(toy.loc["A", "retention"]), "toy_retention_b": _f(toy.loc["B", "retention"]),
+            "aulc_rho_encoder": _f(corr.loc["aulc", "encoder"]), "aulc_rho_cell": _f(corr.loc["aulc", "cell"]),
+            "retention_rho_encoder": _f(corr.loc["retention", "encoder"]),
+            "retention_rho_cell": _f(corr.loc["retention", "cell"]),
+            "smallest_fraction": _pct(min(analysis.profile.label_fractions)),
+            "retention_min": _f(cells["retention"].min()), "retention_max": _f(cells["retention"].max()),
+            "retention_chance_low": _f(0.5 / cells["auroc"].max()),
+            "retention_chance_high": _f(0.5 / cells["auroc"].min())}
+
+
+def robustness(analysis) -> dict:
+    """Chapter 04: ECE rise and AUROC drop under the perturbations, and the transfer test with the
+    sentence that quotes it (``transfer_sentence``, Markdown): on a profile without a transfer set the
+    sentence says so and the transfer numbers are absent."""
+    degradation = analysis.degradation
+    worst = degradation.cells["peak_ece_rise"].idxmax()
+    return {"degradation_r": _f(degradation.pearson_r), "degradation_n_cells": _f(len(degradation.cells)),
+            "peak_ece_rise": _f(degradation.cells["peak_ece_rise"].max()),
+            "peak_ece_cell": f"{short_name(worst[0])} on {worst[1]}",
+            "mean_ece_rise": _f(degradation.cells["mean_ece_rise"].mean()),
+            "mean_auroc_drop": _f(degradation.cells["mean_auroc_drop"].mean()),
+            **_transfer(analysis)}
+
+
+def _transfer(analysis) -> dict:
+    from IPython.display import Markdown
+
+    pair = tables.first_transfer(analysis)
+    if pair is None:
+        return {"transfer_sentence": Markdown(f"Profile `{analysis.profile.name}` names no transfer set, so it "
+                                              "measures no institution shift.")}
+    welch = analysis.transfer_test(*pair)
+    numbers = {"transfer_medical": _f(welch.mean_medical), "transfer_general": _f(welch.mean_general),
+               "transfer_p": _f(welch.p_value), "transfer_n_medical": _f(welch.n_medical),
+               "transfer_n_general": _f(welch.n_general)}
+    sentence = (f"After transfer from {pair[0]} to {pair[1]}, medical-pretrained encoders reach "
+                f"**{numbers['transfer_medical']}** AUROC (**{numbers['transfer_n_medical']}** encoders) against "
+                f"**{numbers['transfer_general']}** for general ones (**{numbers['transfer_n_general']}**), "
+                f"Welch p = **{numbers['transfer_p']}**. With a handful of encoders per group a t-test has little "
+                "power: a large p here says this run cannot tell, not that the paper is wrong.")
+    return {**numbers, "transfer_sentence": Markdown(sentence)}
+
+
+def crs_bootstrap(analysis) -> dict[str, str]:
+    """Chapter 05: the worked Pareto share and paired bootstrap, the CRS range and how much of it the
+    clipping fixes, the CRS leader, the AUROC-vs-CRS agreement, the bootstrap, the two-level intervals
+    and the agreement under each probe."""
+    scores, agreement, bootstrap = analysis.scores, analysis.rank_agreement, analysis.bootstrap
+    aggregate = analysis.aggregate
+    normalised = scores[[c for c in scores.columns if c.startswith("p_")]].to_numpy()
+    toy, pareto = teaching.toy_paired_bootstrap(), teaching.toy_pareto()
+    return {"toy_pareto_a": _f(pareto.loc["A", "pareto"], 2), "toy_pareto_c": _f(pareto.loc["C", "pareto"], 2),
+            "toy_boot_p_a": _f(toy.attrs["p_rank1_a"], 2), "toy_boot_low": _f(toy.attrs["ci_low"]),
+            "toy_boot_high": _f(toy.attrs["ci_high"]),
+            "crs_min": _f(scores["crs"].min()), "crs_max": _f(scores["crs"].max()),
+            "share_clipped": _pct(np.isin(normalised, (0.0, 1.0)).mean()),
+            "share_zero": _pct((normalised == 0.0).mean()),
+            "share_no_dominance": _pct((scores["pareto"] == 0.0).mean()),
+            "crs_leader": short_name(aggregate.index[0]), "crs_leader_value": _f(aggregate["crs"].iloc[0]),
+            "crs_leader_auroc_rank": _f(int(aggregate["rank_auroc"].iloc[0])),
+            "kendall_tau": _f(agreement.kendall_tau), "reversed_pairs": _f(int(agreement.reversed_pairs)),
+            "n_pairs": _f(int(agreement.n_pairs)), "p_rank1_leader": _f(bootstrap.p_rank1.max(), 2),
+            "p_rank1_who": short_name(bootstrap.p_rank1.idxmax()),
+            "n_resamples": _f(int(bootstrap.n_resamples)),
+            **_two_level(analysis), **_probes(analysis.probe_conclusions)}
+
+
+def _two_level(analysis) -> dict[str, str]:
+    """The two-level bootstrap's typical interval widths, with the seed-only CRS intervals' for contrast."""
+    table = tables.two_level_intervals(analysis)
+    seed_only = analysis.bootstrap.percentile_interval()
+    return {"two_level_auroc_width": _f(float(table["auroc_width"].median())),
+            "two_level_ece_width": _f(float(table["ece_width"].median())),
+            "n_case_resamples": _f(int(analysis.profile.bootstrap.n_case_resamples)),
+            "seed_only_crs_width": _f(float((seed_only["ci_high"] - seed_only["ci_low"]).median()))}
+
+
+def _probes(conclusions: pd.DataFrame) -> dict[str, str]:
+    """AUROC-vs-CRS agreement under each probe (do the conclusions depend on the classifier?)."""
+    tau = conclusions["auroc_crs_kendall_tau"]
+    return {"n_probes": _f(len(conclusions)), "probe_tau_min": _f(float(tau.min())), "probe_tau_max": _f(float(tau.max())),
+            "probe_tau_linear": _f(float(tau.get("linear", np.nan)))}
+
+
+def sensitivity(analysis) -> dict[str, str]:
+    """Chapter 05b: the sentence naming the [ours] choice that matters most over the multiverse
+    (:func:`crsrepro.analyse.sensitivity.matters_most` of :attr:`RunAnalysis.multiverse`)."""
+    from crsrepro.analyse.sensitivity import choice_effects, matters_most
+
+    return {"sensitivity_matters_most": matters_most(choice_effects(analysis.multiverse))}
+
+
+def layer_depth(analysis) -> dict[str, str]:
+    """Chapter 06: the intermediate wins, the largest gain over the 100 % tap, the paired tests and the
+    ranking when the depth is chosen on val, from :mod:`crsrepro.analyse.depth`'s analyses of the sweep."""
+    from crsrepro.analyse import depth
+
+    table = analysis.depth
+    best = depth.best_depths(table)
+    wins, pairs = depth.intermediate_wins(table)
+    top = best.loc[best["gain"].idxmax()]
+    tests = depth.paired_test(table)
+    agreement, _ = depth.val_selected_ranking(table)
+    return {"depth_pairs": _f(pairs), "depth_wins": _f(wins), "depth_n_seeds": _f(int(table["seed"].nunique())),
+            "depth_top_gain_points": _f(100 * float(top["gain"]), 1),
+            "depth_top_pair": f"{short_name(top['encoder'])} on {top['dataset']}",
+            "depth_top_depth": f"{int(top['best_depth'])} %",
+            "depth_n_significant": _f(int((tests["p"] < 0.05).sum())),
+            "depth_val_tau": _f(agreement.kendall_tau), "depth_val_reversed": _f(int(agreement.reversed_pairs)),
+            "depth_val_n_pairs": _f(int(agreement.n_pairs))}
+
+
+def lora(analysis) -> dict[str, str]:
+    """Chapter 07: this run's LoRA plan, the per-domain agreement and gains, the four-dimensional
+    comparison, and the GPU-hours of the paper's protocol (:func:`crsrepro.run.lora.paper_gpu_hours`)."""
+    from crsrepro.run.lora import paper_gpu_hours
+    from crsrepro.run.plan import THROUGHPUTS
+
+    rows, comparison = analysis.lora_results, analysis.lora
+    domains, crs = comparison.per_domain, comparison.crs
+    mover = comparison.movers.iloc[0]
+    return {"lora_epochs": _f(int(rows.attrs["epochs"])), "lora_n_seeds": _f(int(rows["seed"].nunique())),
+            "lora_n_encoders": _f(int(rows["encoder"].nunique())), "lora_n_domains": _f(len(domains)),
+            "lora_tau_min": _f(float(domains["kendall_tau"].min())), "lora_tau_max": _f(float(domains["kendall_tau"].max())),
+            "lora_leader_changes": _f(int(domains["leader_changed"].sum())),
+            "lora_gain_min": _f(float(domains["auroc_gain"].min())), "lora_gain_max": _f(float(domains["auroc_gain"].max())),
+            "lora_n_domains_below_frozen": _f(int((domains["auroc_gain"] < 0).sum())),
+            "lora_crs_tau": _f(crs.kendall_tau), "lora_crs_shift": _f(crs.mean_abs_rank_shift, 2),
+            "lora_top3_hold": "hold" if comparison.top3_hold else "do not hold",
+            "lora_top_mover": short_name(comparison.movers.index[0]),
+            "lora_top_mover_from": _f(int(mover["rank_a"])), "lora_top_mover_to": _f(int(mover["rank_b"])),
+            "paper_gpu_hours": _f(paper_gpu_hours(), 1),
+            "lora_gpu_rate": _f(int(THROUGHPUTS["gpu_lora_vit_b16"].value)),
+            "lora_gpu_rate_source": THROUGHPUTS["gpu_lora_vit_b16"].source}
+
+
+def claims_page(analysis) -> dict[str, str]:
+    """Chapter 08: how many claims the run's claims page (:func:`crsrepro.present.claims.run_claims`) holds,
+    and how many have each status."""
+    page = claims.run_claims(analysis)
+    counts = page["status"].value_counts()
+    return {"n_claims": _f(len(page)),
+            **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0))) for s in claims.STATUSES}}
