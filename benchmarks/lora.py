@@ -5,8 +5,8 @@
 2. On a GPU (when ``torch.cuda.is_available()``): ViT-B/16 at 224 px, bf16 autocast, batch 128, LoRA
    rank 8 on the attention projections (``attn.qkv``, ``attn.proj``), randomly initialised (timm,
    ``pretrained=False``: the weights do not change the speed, and nothing is downloaded).
-3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs,
-   :func:`crsrepro.run.lora.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
+3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes, each trained for the steps of 8 epochs of the full train split,
+   :func:`crsrepro.run.plan.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
    from the planner's documented rate (``crsrepro.run.plan.THROUGHPUTS``: the ~3,100 img/s that a measurement outside this repository
    quotes for one H200, not measured here).
 
@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.run.lora import LoraParams, _embed, _loss, adapt, adaptable, paper_gpu_hours
+from crsrepro.run.lora import LoraParams, _embed, _loss, adapt, adaptable
+from crsrepro.run.plan import paper_gpu_hours
 from crsrepro.run.plan import THROUGHPUTS
 from crsrepro.profiles import load_profile
 
@@ -110,7 +111,7 @@ def main() -> None:
         quoted = THROUGHPUTS["gpu_lora_vit_b16"]
         rate, source = quoted.value, f"not measured here (no GPU): {quoted.source}"
     print(f"ViT-B/16 LoRA step, bf16, batch {args.gpu_batch}: {rate:,.0f} img/s ({source})")
-    print(f"the paper's LoRA protocol (43 cells x 3 seeds x 5 label regimes x 8 epochs): "
+    print(f"the paper's LoRA protocol (43 cells x 3 seeds x 5 label regimes, each the steps of 8 full epochs): "
           f"{paper_gpu_hours(rate):.1f} GPU-hours at {rate:,.0f} img/s")
     print(f"  (one epoch = one pass over the cell's train split at the label fraction; "
           f"{np.round(paper_gpu_hours(rate, fractions=(1.0,)), 1)} GPU-hours of it at 100 % labels)")

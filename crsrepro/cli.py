@@ -15,18 +15,60 @@
     crsrepro quality-check --images DIR [--reference DIR]   image-quality statistics and outliers
     crsrepro list {profiles,encoders,notebooks}
 
-User errors (a missing profile, an unknown encoder, a missing dataset root ...) print one line and
-exit with status 2; the Makefile calls these same commands.
+User errors (a missing profile, an unknown encoder, a missing dataset root ...) and permission or
+disk errors (a read-only or full folder) print one line and exit with status 2; ``-v`` adds the
+traceback. The Makefile calls these same commands.
+
+Explicit acts stay explicit: a command that reads never computes and a command that checks never
+writes. Each command's ``--help`` lists what it may do (:data:`ACTS`): only ``run``, ``book`` and
+``score`` compute, and only ``book`` freezes a frame without being asked (a demo-world profile's, when
+it has none).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
 import sys
+import traceback
 from pathlib import Path
 
 from crsrepro.core.errors import CrsreproError
+
+#: What each command may do (its ``--help`` says so): what it reads, computes and writes.
+ACTS = {
+    "demo-world": "May: write the demo world under the profile's data.root. Computes no result.",
+    "run": "May: generate a demo world that is missing, freeze the split manifests on first use, extract and "
+           "cache features, fit probes, and write row-sets and results.parquet under the profile's output_dir.",
+    "freeze-frame": "May: read the profile's merged results and write data_manifests/crs_reference_<name>.yaml "
+                    "(an existing frame only with --overwrite). Never runs the grid: with no run, or an "
+                    "incomplete one, it refuses and names the missing cells.",
+    "notebook": "May: read the profile's results (never runs a stage), cache analysis pages under its "
+                "output_dir, and write book/_generated/<name>.ipynb.",
+    "book": "May: do everything run does, for the grid, depth and LoRA stages; freeze a demo-world profile's "
+            "frame when it has none (any other profile needs freeze-frame); execute every notebook and write "
+            "the HTML book.",
+    "score": "May: read the frozen frame and the panel's results (never changes either), and run the "
+             "newcomer's grid into <output_dir>/newcomers/<id>/ and the feature cache.",
+    "plan": "May: read the profile and the encoder registry. Needs no data and writes nothing.",
+    "check-weights": "May: read local weights on the CPU. Never downloads, writes nothing.",
+    "recalibrate": "May: read --scores (and --apply) and write --out, its .map.json and its .reliability.png; "
+                   "never an input, and an existing file only with --overwrite.",
+    "quality-check": "May: read the images (and --reference) and write the --out csv when given.",
+    "list": "May: read the shipped profiles, the encoder registry or the checkout's notebooks/. Writes nothing.",
+}
+#: The OS errors that are the user's to fix (permissions, a read-only or full disk): one line, no traceback.
+USER_OS_ERRORS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+def _pin_home() -> None:
+    """Export this process's ``CRSREPRO_HOME``, so that a notebook kernel, which runs in the book root,
+    reads the results this working directory's commands wrote (its default is ``./.crsrepro``)."""
+    from crsrepro.profiles import crsrepro_home
+
+    os.environ["CRSREPRO_HOME"] = str(crsrepro_home())
 
 
 def _cmd_demo_world(args) -> None:
@@ -42,32 +84,34 @@ def _cmd_demo_world(args) -> None:
 
 
 def _cmd_run(args) -> None:
-    from crsrepro.profiles import load_profile
+    from crsrepro.profiles import check_devices, load_profile
     from crsrepro.run.grid import run_grid
 
     profile = load_profile(args.profile)
+    check_devices(profile)
     table = run_grid(profile, progress=not args.quiet, executor=args.executor, workers=args.workers,
                      scheduler=args.scheduler)
     print(f"{len(table)} result rows in {profile.output_path / 'results.parquet'}")
 
 
 def _cmd_freeze_frame(args) -> None:
-    from crsrepro.analyse.run_analysis import RunAnalysis
-    from crsrepro.score.frame import frame_path, freeze_frame
+    from crsrepro.profiles import load_profile
+    from crsrepro.score.frame import frame_path, freeze_run_frame
 
-    analysis = RunAnalysis.load(args.profile)
-    freeze_frame(analysis.profile, analysis.results, overwrite=args.overwrite)
-    print(f"froze the reference frame of profile {analysis.profile.name!r} to {frame_path(analysis.profile)} "
-          f"(results {analysis.results_hash[:12]})")
+    profile = load_profile(args.profile)
+    frame = freeze_run_frame(profile, overwrite=args.overwrite)
+    print(f"froze the reference frame of profile {profile.name!r} to {frame_path(profile)} "
+          f"(results {frame.results_hash[:12]})")
 
 
 def _cmd_notebook(args) -> None:
     from crsrepro.present.book import GENERATED, execute_notebook
     from crsrepro.profiles import load_profile
 
-    load_profile(args.profile)  # fail early, with the profile's own error
+    profile = load_profile(args.profile)  # fail early, with the profile's own error
+    _pin_home()
     parameters = dict(args.parameter or [])
-    seconds = execute_notebook(args.name, profile=args.profile, book_root=args.book_root,
+    seconds = execute_notebook(args.name, profile=profile.argument, book_root=args.book_root,
                                parameters=parameters, progress=not args.quiet)
     print(f"executed {args.name} for profile {args.profile!r} in {seconds:.1f} s -> "
           f"{Path(args.book_root).absolute() / GENERATED / (args.name + '.ipynb')}")
@@ -75,7 +119,10 @@ def _cmd_notebook(args) -> None:
 
 def _cmd_book(args) -> None:
     from crsrepro.present.book import build_book
+    from crsrepro.profiles import check_devices, load_profile
 
+    check_devices(load_profile(args.profile))
+    _pin_home()
     index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
                        progress=not args.quiet)
     print(f"The book is built: {index}")
@@ -83,10 +130,11 @@ def _cmd_book(args) -> None:
 
 def _cmd_score(args) -> None:
     from crsrepro.analyse.new_encoder import score_new_encoder
-    from crsrepro.profiles import load_profile
+    from crsrepro.profiles import check_devices, load_profile
 
-    print(score_new_encoder(load_profile(args.profile), args.encoder, weights=args.weights,
-                            progress=not args.quiet).to_string())
+    profile = load_profile(args.profile)
+    check_devices(profile)
+    print(score_new_encoder(profile, args.encoder, weights=args.weights, progress=not args.quiet).to_string())
 
 
 def _cmd_check_weights(args) -> None:
@@ -103,7 +151,7 @@ def _cmd_recalibrate(args) -> None:
 
     if args.apply is not None:
         report = apply_map(args.scores, args.apply, out=args.out, label_column=args.labels, input_kind=args.input,
-                           seed=args.seed)
+                           seed=args.seed, overwrite=args.overwrite)
     elif args.labels is None:
         raise CrsreproError("recalibrate needs --labels COLUMN to fit a map (or --apply MAP.json to reuse one)")
     else:
@@ -111,7 +159,7 @@ def _cmd_recalibrate(args) -> None:
                                     calibration_split=args.calibration_split, input_kind=args.input,
                                     classes=args.classes.split(",") if args.classes else None,
                                     id_column=args.id_column, map_path=args.map, tolerance=args.tolerance,
-                                    seed=args.seed)
+                                    seed=args.seed, overwrite=args.overwrite)
     print("\n".join(report.lines()))
 
 
@@ -123,9 +171,15 @@ def _cmd_quality_check(args) -> None:
 
 
 def _cmd_plan(args) -> None:
+    from crsrepro.profiles import check_devices, load_profile
     from crsrepro.run.plan import plan
 
-    print(plan(args.profile).to_text())
+    profile = load_profile(args.profile)
+    print(plan(profile).to_text())
+    try:
+        check_devices(profile)
+    except CrsreproError as exc:  # a plan needs no device; say that run would refuse on this machine
+        print(f"crsrepro: warning: run would refuse here: {exc}", file=sys.stderr)
 
 
 def _cmd_list(args) -> None:
@@ -137,7 +191,11 @@ def _cmd_list(args) -> None:
         names = list_encoders()
     else:
         from crsrepro.present.book import list_notebooks
-        names = list_notebooks(args.book_root)
+        root = args.book_root.absolute()
+        if not (root / "_config.yml").is_file() or not (root / "notebooks").is_dir():
+            raise CrsreproError(f"{root} is not a crsrepro checkout: expected _config.yml and notebooks/ there "
+                                "(run from the repository root, or pass --book-root)")
+        names = list_notebooks(root)
     print("\n".join(names))
 
 
@@ -150,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name, func, help_text, *, book_root=False):
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=f"{help_text}. {ACTS[name]}")
         p.set_defaults(func=func)
         if name not in ("list", "recalibrate", "quality-check"):
             p.add_argument("--profile", default="demo", help="profile name or YAML path (default: demo)")
@@ -184,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "or not (and where it looked), the file's top-level keys, the strict-load result, the "
                        "parameter count against the spec, and one embedding's shape and norm. Exit status 0 when "
                        "every encoder found loads strictly with the spec's parameter count (weights not found "
-                       "are reported and do not fail); 2 otherwise.")
+                       f"are reported and do not fail); 2 otherwise. {ACTS['check-weights']}")
     p.set_defaults(func=_cmd_check_weights)
     p.add_argument("--encoder", action="append", default=None, help="a paper encoder id (repeatable; default: all 15)")
     p.add_argument("--weights", default=None, help="weights path for the one --encoder (default: the usual lookup)")
@@ -200,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", default="auto", choices=["auto", "probabilities", "logits"],
                    help="auto: rows in [0, 1] summing to 1 are probabilities, scores outside [0, 1] are logits, "
                         "anything else is an error")
-    p.add_argument("--classes", help="comma-separated score columns (default: all but label/split/id columns)")
-    p.add_argument("--id-column", help="a column carried through that is not a score")
+    p.add_argument("--classes", help="comma-separated score columns (default: the label column's values)")
+    p.add_argument("--id-column", help="a case-id column, carried through; a repeated id is an error")
     p.add_argument("--out", type=Path, required=True, help="the calibrated csv; the map (.map.json) and the "
                                                            "reliability diagram (.reliability.png) go beside it")
     p.add_argument("--map", type=Path, help="where to save the fitted map (default: beside --out)")
@@ -209,6 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tolerance", type=float, default=0.02, help="ECE interval half-width for the cases-needed "
                                                                   "estimate (default 0.02)")
     p.add_argument("--seed", type=int, default=0, help="seeds the split, the folds and the bootstraps")
+    p.add_argument("--overwrite", action="store_true", help="replace existing output files (never the --scores or --apply file)")
     p = add("quality-check", _cmd_quality_check, "image-quality statistics of a folder of images, with outliers "
             "flagged against a reference folder")
     p.add_argument("--images", type=Path, required=True, help="folder of images (searched recursively)")
@@ -225,13 +284,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def os_error_line(exc: OSError) -> str:
+    """A permission or disk error in one line that names the folder (and the file it failed on)."""
+    if exc.filename is None:
+        return f"{exc.strerror or exc}; check the permissions and the free space of the output folders"
+    path = Path(exc.filename)
+    folder = path if path.is_dir() else path.parent
+    return (f"{folder}: {exc.strerror} ({path}); check the folder's permissions and free space, or point "
+            "CRSREPRO_HOME or the profile's paths at another folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
+        return 0
     except CrsreproError as exc:
-        print(f"crsrepro: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+        error, line = exc, str(exc)
+    except OSError as exc:
+        if exc.errno not in USER_OS_ERRORS:
+            raise
+        error, line = exc, os_error_line(exc)
+    if args.verbose:
+        traceback.print_exception(error)
+    print(f"crsrepro: error: {line}", file=sys.stderr)
+    return 2

@@ -92,7 +92,7 @@ def test_the_stages_write_depth_and_lora_and_the_chapters_only_read(tmp_path, mo
     tiny = {"datasets": ["aptos2019"], "transfer": {}, "severities": [2], "perturbations": ["jpeg"],
             "control_probes": {"probes": []}, "encoders": ["demo.random_cnn", "demo.color_histogram"], "seeds": [0]}
     profile = load_profile("smoke", overrides=tiny)
-    assert lora.lora_cells(profile) == depth.pairs(profile) == [("demo.random_cnn", "aptos2019")]
+    assert lora.default_cells(profile) == depth.pairs(profile) == [("demo.random_cnn", "aptos2019")]
     with pytest.raises(CrsreproError, match="no depth results.*run `crsrepro book --profile smoke`"):
         RunAnalysis(profile, pd.DataFrame()).depth
     run_stages(profile, [depth.DepthStage(), lora.LoraStage()], executor="serial", progress=False)

@@ -375,8 +375,9 @@ def test_lora_measures_match_hand_computation(measured):
     assert measured["lora_crs_kendall_tau"] == pytest.approx(crs.kendall_tau)
     assert measured["lora_crs_mean_abs_rank_shift"] == pytest.approx(crs.mean_abs_rank_shift)
     assert sorted(measured[f"lora_rank:{e}"] for e in list(QUALITY)[:4]) == [1, 2, 3, 4]
-    # the paper's protocol, not this run's reduced plan
-    assert (measured["lora_rank"], measured["lora_alpha"], measured["lora_epochs"], measured["lora_seeds"]) == (8, 16, 8, 3)
+    # the paper's protocol for the adapter's shape; epochs and seeds only from what trained (nothing here)
+    assert (measured["lora_rank"], measured["lora_alpha"]) == (8, 16)
+    assert "lora_epochs" not in measured and "lora_seeds" not in measured
 
 
 def test_chapters_06_and_07_quote_the_same_analyses(measured):
@@ -394,14 +395,14 @@ def test_chapters_06_and_07_quote_the_same_analyses(measured):
     gains = [measured[f"depth_gain_points_range:{e}:depth{d}"][1] for e in ("specialist.rad_dino", "general.dinov2")
              for d in (25, 50, 75)]
     assert numbers["depth_top_gain_points"] == f"{max(gains):.1f}"
-    rows = pd.DataFrame({"encoder": ["a", "b", "a"], "seed": [0, 0, 1]})
+    rows = pd.DataFrame({"encoder": ["a", "b", "a"], "seed": [0, 0, 1], "label_fraction": [0.25, 1.0, 1.0]})
     rows.attrs["epochs"] = 2
     numbers = chapter_numbers(SimpleNamespace(lora=make_lora_comparison(), lora_results=rows), "07_lora")
     assert (numbers["lora_epochs"], numbers["lora_n_seeds"], numbers["lora_n_domains"]) == ("2", "2", "2")
     assert numbers["lora_leader_changes"] == f"{measured['lora_leader_changes']:.0f}" == "1"
     assert numbers["lora_crs_tau"] == f"{measured['lora_crs_kendall_tau']:.3f}"
     assert numbers["lora_n_domains_below_frozen"] == "1"
-    assert numbers["paper_gpu_hours"] == "7.0" and "not yet in benchmarks/" in numbers["lora_gpu_rate_source"]
+    assert numbers["paper_gpu_hours"] == "24.8" and "not yet in benchmarks/" in numbers["lora_gpu_rate_source"]
 
 
 def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from PIL import Image
 
 from crsrepro.core.vocab import TASKS
 from crsrepro.data import DATASETS, label_matrix, load_dataset, read_image
-from crsrepro.data.common import CHEXPERT_LABELS
+from crsrepro.data.common import CHEXPERT_LABELS, MIN_IMAGE_SIDE
 from crsrepro.core.errors import DataError
 
 
@@ -358,3 +358,68 @@ def test_nih_labels_present_only_and_errors(tmp_path):
     with pytest.raises(DataError, match=r"line 5: image file .*00000004_000.png does not exist \(1 of 4"):
         load_dataset("nih_cxr14", tmp_path)
     assert len(load_dataset("nih_cxr14", tmp_path, images="present-only")) == 3
+
+
+# ---------------------------------------------------------------- issue 26: image sizes and the content key
+def test_loaders_warn_about_images_below_the_minimum_side(tmp_path, caplog):
+    write_aptos(tmp_path, [("big1", 2), ("big2", 4), ("tiny", 0)])
+    for name in ("big1", "big2"):
+        Image.new("RGB", (MIN_IMAGE_SIDE, 3 * MIN_IMAGE_SIDE), 128).save(tmp_path / "train_images" / f"{name}.png")
+    Image.new("RGB", (1, 1), 128).save(tmp_path / "train_images" / "tiny.png")
+    with caplog.at_level(logging.WARNING, logger="crsrepro.data.common"):
+        df = load_dataset("aptos2019", tmp_path)
+    assert len(df) == 3  # a warning, not an error
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "1 of 3 images have a side shorter than" in warnings[0]
+    assert "tiny.png (1 px)" in warnings[0] and "big1" not in warnings[0]
+    caplog.clear()
+    Image.new("RGB", (MIN_IMAGE_SIDE, MIN_IMAGE_SIDE), 128).save(tmp_path / "train_images" / "tiny.png")
+    with caplog.at_level(logging.WARNING, logger="crsrepro.data.common"):
+        load_dataset("aptos2019", tmp_path)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def _release(root, files):
+    """Write ``files`` ({relative path: bytes}) under ``root/isic2017``; the images table of them."""
+    for rel, data in files.items():
+        path = root / "isic2017" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return pd.DataFrame({"image_id": [f"id{i}" for i in range(len(files))],
+                         "path": [str(root / "isic2017" / rel) for rel in files]})
+
+
+def test_the_content_key_follows_the_bytes_and_relative_paths_not_mtimes(tmp_path, monkeypatch):
+    import os
+
+    from crsrepro.data import content
+    from crsrepro.profiles import load_profile
+
+    monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home" / ".crsrepro"))
+    files = {"a/view1_frontal.jpg": b"first image", "b/view1_frontal.jpg": b"second image"}
+
+    def key(root, table):
+        monkeypatch.setenv("CRSREPRO_DATA", str(root))
+        return content.dataset_content_key(load_profile("real-mini"), "isic2017", table)
+
+    here = _release(tmp_path / "here", files)
+    first = key(tmp_path / "here", here)
+    copy = _release(tmp_path / "copy", files)  # the same files elsewhere, with other mtimes
+    for path in copy["path"]:
+        os.utime(path, ns=(1, 1))
+    assert key(tmp_path / "copy", copy) == first
+    swapped = _release(tmp_path / "swapped", dict(zip(files, reversed(list(files.values())))))
+    assert key(tmp_path / "swapped", swapped) != first  # same basenames and sizes, contents swapped
+    target = here["path"].iloc[0]
+    stat = os.stat(target)
+    with open(target, "r+b") as f:
+        f.write(b"F")  # same size
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    changed = key(tmp_path / "here", here)
+    assert changed != first
+    read = []  # an unchanged file is hashed once (the digests are cached by path, size and mtime)
+    monkeypatch.setattr(content, "sha256_file", lambda path: read.append(path) or "x")
+    assert key(tmp_path / "here", here) == changed and read == []
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2))
+    key(tmp_path / "here", here)
+    assert read == [os.path.abspath(target)]

@@ -1,6 +1,15 @@
 """DESIGN.md section 13: the grid's keyed tasks give the same table, row-set by row-set and feature by
 feature, in this process (serial, the reference), on a 2-process pool and on a 2-worker Dask
-LocalCluster (one torch/BLAS thread per task), each from a cold cache."""
+LocalCluster (one torch/BLAS thread per task), each from a cold cache; a pool's workers die with their
+parent and log through it (issue 26)."""
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -57,3 +66,64 @@ def test_bad_executor_options_are_one_line_errors():
         executor.execute([task], executor="local", workers=0)
     with pytest.raises(CrsreproError, match="--scheduler .* needs --executor dask"):
         executor.execute([task], executor="local", scheduler="tcp://x:8786")
+
+
+@pytest.mark.parametrize("name", ["local", "dask"])
+def test_a_warning_logged_in_a_worker_task_is_shown_once_by_the_parent(name, caplog):
+    if name == "dask":
+        pytest.importorskip("distributed")
+    tasks = [executor.Task("warn", logging.getLogger("crsrepro.tasktest").warning, ("a warning from a task",)),
+             executor.Task("inform", logging.getLogger("crsrepro.tasktest").info, ("a note below the level",))]
+    with caplog.at_level(logging.WARNING):
+        executor.execute(tasks, executor=name, workers=2)
+    shown = [r for r in caplog.records if r.name == "crsrepro.tasktest"]
+    assert [(r.levelname, r.getMessage()) for r in shown] == [("WARNING", "a warning from a task")]
+    assert shown[0].process != os.getpid()  # it was logged in a worker
+
+
+PARENT = """
+import time
+from crsrepro.run import executor
+executor.execute([executor.Task(str(i), time.sleep, (300,)) for i in range(2)], executor="local", workers=2)
+"""
+
+
+def _children(pid: int) -> list[int]:
+    """The live (not zombie) processes whose parent is ``pid``."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            _, rest = stat.read_text().rsplit(")", 1)
+        except OSError:  # it ended meanwhile
+            continue
+        state, ppid = rest.split()[:2]
+        if int(ppid) == pid and state != "Z":
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_no_pool_worker_outlives_a_sigkilled_parent():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT])
+    deadline = time.monotonic() + 240
+    while len(_children(parent.pid)) < 3 and time.monotonic() < deadline:  # two workers and the resource tracker
+        assert parent.poll() is None
+        time.sleep(0.2)
+    workers = _children(parent.pid)
+    assert len(workers) >= 3, workers
+    parent.kill()
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orphans = [pid for pid in workers if _alive(pid)]
+    for pid in orphans:  # this test's own processes: leave none behind when it fails
+        os.kill(pid, signal.SIGKILL)
+    assert not orphans, "a worker outlived its parent"

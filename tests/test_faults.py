@@ -9,6 +9,7 @@ a ``python -m crsrepro run`` subprocess at a seeded moment."""
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,4 +179,23 @@ def test_a_corrupt_store_file_is_recomputed_with_a_warning(micro_world, referenc
     warned = " ".join(r.getMessage() for r in caplog.records)
     assert f"{rowset.name} is corrupt" in warned and f"{cases.name} is corrupt" in warned
     assert "results.parquet is corrupt" in warned and "merged again" in warned
+    micro_world.assert_state(state)
+
+
+def test_a_corrupt_feature_entry_is_recomputed_with_one_warning_on_a_process_pool(micro_world, reference, caplog):
+    """The warning is logged in a pool worker and shown by the parent, once (issue 26)."""
+    state, _, _ = reference
+    profile = micro_world.profile()
+    _clear(micro_world)
+    grid.run_grid(profile, progress=False, executor="serial")
+    entry = sorted(profile.feature_cache_path.rglob("*.npy"))[0]
+    data = bytearray(entry.read_bytes())
+    data[-1] ^= 0xFF  # in the array, after the header
+    entry.write_bytes(bytes(data))
+    shutil.rmtree(profile.output_path)  # every row-set to compute again, from the cached features
+    with caplog.at_level(logging.WARNING, logger="crsrepro"):
+        grid.run_grid(profile, progress=False, executor="local", workers=2)
+    warned = [r for r in caplog.records if "feature cache entry" in r.getMessage()]
+    assert len(warned) == 1 and entry.name in warned[0].getMessage() and "recomputing" in warned[0].getMessage()
+    assert warned[0].process != os.getpid()  # logged in a worker
     micro_world.assert_state(state)

@@ -96,7 +96,7 @@ def test_freeze_frame_is_an_act_and_refuses_an_incomplete_run(home):
         RunAnalysis(profile, results).frame  # reading never freezes one
     assert not path.exists()
     partial = results[~((results["encoder"] == "demo.pixel_pca") & (results["seed"] == 1))]
-    with pytest.raises(CrsreproError, match="incomplete.*demo.pixel_pca on aptos2019 seed 1"):
+    with pytest.raises(CrsreproError, match=r"incomplete.*demo.pixel_pca on aptos2019 \(seed 1\)"):
         frame.freeze_frame(profile, partial)
     assert not path.exists()
     frozen = frame.freeze_frame(profile, results)

@@ -10,9 +10,11 @@ from crsrepro.analyse.lora import compare, lora_profiles
 from crsrepro.core.schema import COLUMNS
 from crsrepro.encoders import create_encoder
 from crsrepro.profiles import load_profile
-from crsrepro.run.lora import (LoraError, LoraParams, LoraStage, _loss, adapt, adaptable, base_state, lora_targets,
-                               paper_gpu_hours, train)
+from crsrepro.run.lora import (LoraError, LoraParams, LoraStage, _loss, adapt, adaptable, base_state, default_cells,
+                               lora_targets, train)
+from crsrepro.run.plan import paper_gpu_hours, plan
 from crsrepro.run.stages import run_stages
+from crsrepro.score.dimensions import reliability_profiles
 
 pytestmark = pytest.mark.slow  # minutes of grids, processes or training: the full suite runs it, test-fast does not
 
@@ -47,15 +49,26 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
     encoder = create_encoder("demo.random_cnn")
     images, labels = _batch()
     kwargs = dict(task="multiclass", n_outputs=3, seed=1)
-    one, two = LoraParams(epochs=1, batch_size=8), LoraParams(epochs=2, batch_size=8)
+    one, two = LoraParams(epochs=1, batch_size=8), LoraParams(epochs=2, batch_size=8)  # 2 steps per epoch
     whole = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
     train(adapt(encoder, seed=1), images, labels, params=one, checkpoint_dir=tmp_path / "b", **kwargs)  # killed after 1
     resumed = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "b", **kwargs)
-    assert resumed.resumed_from == 1 and whole.resumed_from == 0
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["epoch_1.pt", "epoch_2.pt"]
+    assert resumed.resumed_from == 2 and whole.resumed_from == 0 and whole.steps == resumed.steps == 4
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["step_2.pt", "step_4.pt"]
     assert _state_equal(resumed.trainable_state(), whole.trainable_state())
     done = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
-    assert done.resumed_from == 2 and _state_equal(done.trainable_state(), whole.trainable_state())
+    assert done.resumed_from == 4 and _state_equal(done.trainable_state(), whole.trainable_state())
+
+
+def test_every_label_fraction_trains_for_the_same_step_budget():
+    encoder = create_encoder("demo.random_cnn")
+    images, labels = _batch(n=20)
+    params = LoraParams(epochs=2, batch_size=8)
+    budget = params.budget(len(images))  # 2 passes over the full split: 2 x ceil(20 / 8) = 6 steps
+    fits = [train(adapt(encoder, seed=0), images[:n], labels[:n], task="multiclass", n_outputs=3, seed=0,
+                  params=params, steps_per_epoch=params.steps_per_epoch(len(images))) for n in (3, 20)]
+    assert budget == 6 and [fit.steps for fit in fits] == [6, 6]
+    assert LoraParams(epochs=2, batch_size=8, accumulation_steps=2).budget(20) == 4  # a step sums 2 batches
 
 
 def test_multilabel_loss_ignores_uncertain_labels():
@@ -70,12 +83,28 @@ def test_targets_cover_five_demo_networks():
     assert len(adaptable(demo.encoders)) >= 5
     assert len([e for e in adaptable(demo.encoders) if e not in demo.lora.exclude]) >= 5  # a tau means something
     with pytest.raises(LoraError, match="demo.texture: no LoRA target modules"):
-        lora_targets(create_encoder("demo.texture").spec)
+        lora_targets(create_encoder("demo.texture"))
 
 
 def test_paper_gpu_hours_scales_with_throughput():
     assert paper_gpu_hours(1550.0) == pytest.approx(2 * paper_gpu_hours(3100.0))
     assert paper_gpu_hours(fractions=(1.0,), n_seeds=1, epochs=1) < paper_gpu_hours()
+    # the fixed step budget: a 1 % fine-tune costs what a 100 % one does
+    assert paper_gpu_hours(fractions=(0.01,)) == pytest.approx(paper_gpu_hours(fractions=(1.0,)))
+
+
+@pytest.mark.parametrize("name", ["demo", "paper"])
+def test_the_planner_prices_exactly_the_lora_cells_and_plan(name):
+    profile = load_profile(name)
+    p = plan(profile)
+    steps = p.encoders.set_index("encoder")["lora_steps"]
+    adapted = {e for e, _ in default_cells(profile)}
+    assert set(steps[steps > 0].index) == adapted != set()
+    n_fine_tunes = profile.lora.n_seeds * len([f for f in profile.lora.label_fractions if f in profile.label_fractions])
+    images = p.images.set_index("dataset")
+    expected = {e: sum(n_fine_tunes * profile.lora.epochs * -(-images.loc[d, "train"] // 128)
+                       for e2, d in default_cells(profile) if e2 == e) for e in adapted}
+    assert steps[sorted(adapted)].to_dict() == expected
 
 
 def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
@@ -91,8 +120,8 @@ def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
     assert set(rows["label_fraction"]) == {0.25, 1.0}
     profiles = lora_profiles(rows)
     assert len(profiles) == 1 and np.isfinite(profiles[["auroc", "ece", "retention", "robustness"]].to_numpy()).all()
-    checkpoints = list((profile.output_path / "lora" / "checkpoints").rglob("epoch_1.pt"))
-    assert len(checkpoints) == 2  # one per fraction
+    checkpoints = list((profile.output_path / "lora" / "checkpoints").rglob("step_*.pt"))
+    assert len(checkpoints) == 2 and len({p.name for p in checkpoints}) == 1  # one per fraction, the same budget
     runs = profile.output_path / "lora" / "runs"
     before = {p.name: p.stat().st_mtime_ns for p in runs.iterdir()}
     again = run_stages(profile, [stage], executor="serial", progress=False)[0]
@@ -101,9 +130,10 @@ def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
     assert rows.attrs["epochs"] == 1
 
 
-def _profiles(scores):
-    return pd.DataFrame([dict(encoder=e, dataset=d, seed=s, auroc=a, ece=0.1, retention=0.9, robustness=0.9)
-                         for (e, d), a in scores.items() for s in (0, 1)])
+def _profiles(scores, seeds=(0, 1), jitter=None):
+    return pd.DataFrame([dict(encoder=e, dataset=d, seed=s, auroc=a + (jitter or {}).get((e, s), 0.0), ece=0.1,
+                              retention=0.9, robustness=0.9)
+                         for (e, d), a in scores.items() for s in seeds])
 
 
 def test_compare_counts_reversals_leaders_and_gains():
@@ -115,3 +145,52 @@ def test_compare_counts_reversals_leaders_and_gains():
     assert x["auroc_gain"] == pytest.approx((-0.05 + 0.15 + 0.05) / 3)
     assert not result.per_domain.set_index("dataset").loc["y", "leader_changed"]
     assert set(result.crs.ranks.index) == {"a", "b", "c"} and result.movers["shift"].abs().is_monotonic_decreasing
+    assert result.crs_frozen_peers is None and result.seeds == [0, 1]
+
+
+def test_tau_intervals_come_from_the_seeds_and_hold_their_estimate():
+    scores = {("a", "x"): 0.9, ("b", "x"): 0.85, ("c", "x"): 0.8, ("d", "x"): 0.75}
+    frozen = _profiles(scores, seeds=(0, 1, 2))
+    # LoRA: seed 2 alone reverses a and b, so resampled seeds disagree about the tau
+    lora = _profiles(scores, seeds=(0, 1, 2), jitter={("a", 2): -0.2})
+    row = compare(frozen, lora, rng=1).per_domain.iloc[0]
+    assert row["n_seeds"] == 3 and row["tau_ci_low"] <= row["kendall_tau"] <= row["tau_ci_high"]
+    assert row["tau_ci_low"] < row["tau_ci_high"] == pytest.approx(1.0)  # draws without seed 2 agree fully
+    same = compare(frozen, _profiles(scores, seeds=(0, 1, 2))).per_domain.iloc[0]
+    assert same["tau_ci_low"] == same["kendall_tau"] == same["tau_ci_high"] == 1.0  # no seed disagrees
+    one = compare(_profiles(scores, seeds=(0,)), _profiles(scores, seeds=(0,))).per_domain.iloc[0]
+    assert np.isnan(one["tau_ci_low"]) and np.isnan(one["tau_ci_high"])  # one seed: nothing to resample
+
+
+def test_lora_is_ranked_among_lora_peers_and_the_frozen_peer_version_sits_beside_it():
+    from crsrepro.score.crs import ReferenceFrame
+
+    frozen = _profiles({("a", "x"): 0.9, ("b", "x"): 0.8, ("c", "x"): 0.7})
+    lora = _profiles({("a", "x"): 0.95, ("b", "x"): 0.9, ("c", "x"): 0.85})
+    frame = ReferenceFrame.freeze(frozen)
+    primary = compare(frozen, lora, frame)
+    # among its own peers, a LoRA profile is scored without the frozen table: worse frozen peers change nothing
+    worse = compare(frozen.assign(auroc=frozen["auroc"] - 0.1), lora, ReferenceFrame.freeze(frozen))
+    pd.testing.assert_series_equal(primary.crs.ranks["score_b"], worse.crs.ranks["score_b"])
+    # against the frozen frame's peers, every LoRA profile dominates more frozen peers than it would LoRA ones
+    fixed = primary.crs_frozen_peers
+    among_lora = primary.crs.ranks["score_b"].reindex(fixed.ranks.index)
+    assert fixed is not None and (fixed.ranks["score_b"] >= among_lora).all() and (fixed.ranks["score_b"] > among_lora).any()
+
+
+def test_frozen_retention_is_compared_over_the_lora_fractions():
+    from crsrepro.analyse.lora import frozen_profiles, lora_fractions
+
+    rows = []
+    for fraction, auroc in {0.01: 0.6, 0.25: 0.8, 1.0: 0.9}.items():
+        for condition, drop in (("clean", 0.0), ("jpeg@2", 0.05)):
+            rows.append(dict(encoder="a", dataset="x", seed=0, label_fraction=fraction, condition=condition,
+                             probe="linear", layer="final", regime="frozen", recalibrator="none", auroc=auroc - drop,
+                             ece=0.1))
+    runs = pd.DataFrame(rows)
+    lora_rows = runs[runs.label_fraction.isin([0.25, 1.0])].assign(regime="lora")
+    assert lora_fractions(lora_rows) == [0.25, 1.0]
+    assert frozen_profiles(runs, lora_rows)["retention"].item() == pytest.approx(0.8 / 0.9)  # 25 % only, like LoRA
+    assert reliability_profiles(runs)["retention"].item() == pytest.approx((0.6 + 0.8) / 2 / 0.9)  # the frozen grid's
+    with pytest.raises(LoraError, match="no label fraction"):
+        frozen_profiles(runs[runs.label_fraction != 0.25], lora_rows)

@@ -231,6 +231,7 @@ def test_insertion_movements_fixed_against_cohort(runs):
     movements = insertion_experiment(reliability_profiles(runs), n_trials=4, n_inserted=2).movements
     fig = render(plots.insertion_movements, movements)
     cells_ax, trials_ax = fig.axes
-    assert [t.get_text() for t in cells_ax.get_xticklabels()] == ["fixed", "cohort"]
-    assert len(trials_ax.lines) == 2
-    assert trials_ax.lines[0].get_ydata().max() == 0   # the fixed frame moves nothing
+    assert [t.get_text() for t in cells_ax.get_xticklabels()] == ["fixed\ncell", "cohort\ncell", "fixed\naggregate",
+                                                                   "cohort\naggregate"]
+    assert len(trials_ax.lines) == 4
+    assert trials_ax.lines[0].get_ydata().max() == 0 == trials_ax.lines[2].get_ydata().max()  # fixed moves nothing

@@ -1,5 +1,7 @@
 """Profiles: the shipped ones load, and every bad input is an error that names the key."""
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -73,12 +75,17 @@ def test_paths_resolve_and_unset_variables_fail_only_when_used(tmp_path, monkeyp
         paper.dataset_root("isic2019")
     monkeypatch.setenv("CRSREPRO_DATA", str(tmp_path / "data"))
     assert paper.dataset_root("isic2019") == tmp_path / "data" / "isic2019"
-    assert load_profile("demo").dataset_root("aptos2019") == tmp_path / ".crsrepro/demo/data/aptos2019"
+    assert load_profile("demo").dataset_root("aptos2019") == tmp_path / "home/demo/data/aptos2019"
+    (tmp_path / "sub").mkdir()
+    mine = _write(tmp_path / "sub", {"include": "smoke", "output_dir": "out", "data": {"root": "~/nowhere"}})
+    assert load_profile(mine).output_path == tmp_path / "sub" / "out"  # relative: against the profile's folder
+    assert load_profile(mine).dataset_root("isic2019") == Path.home() / "nowhere" / "isic2019"
 
 
 def test_optional_keys_get_their_documented_defaults(tmp_path):
     """A valid profile without the optional keys loads and works (no AttributeError: transfer)."""
     data = yaml.safe_load((PROFILE_DIR / "demo.yaml").read_text())
+    data["name"] = "mine"  # a copy may not keep a shipped profile's name
     for key in ("transfer", "description", "canonical_size"):
         data.pop(key, None)
     data["probe"].pop("c_selection", None)

@@ -3,13 +3,16 @@
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 
 from crsrepro.cli import main
+from crsrepro.data.common import MIN_IMAGE_SIDE
 from crsrepro.data.demo_world import sample_images
 from crsrepro.tools.deployment import example_images
 from crsrepro.core.vocab import SEVERITIES
 from crsrepro.extract.perturb import perturb
-from crsrepro.tools.quality import STATISTICS, TRACKS, image_statistics, quality_check, robust_z
+from crsrepro.tools.quality import (SMALL, STATISTICS, TRACKS, folder_statistics, image_statistics, quality_check,
+                                    robust_z)
 
 
 FOV_SATURATED = 0.995
@@ -73,3 +76,29 @@ def test_an_unreadable_image_is_named_or_counted(folders, tmp_path, capsys):
     assert any("skipped 1 unreadable" in line for line in report.lines())
     assert main(["quality-check", "--images", str(tmp_path / "nowhere")]) == 2
     assert "nowhere: not a folder" in capsys.readouterr().err
+
+
+def test_16_bit_images_are_scaled_as_the_loaders_scale_them_not_clipped(tmp_path):
+    ramp = (np.arange(64 * 64, dtype=np.uint32).reshape(64, 64) * 16).astype(np.uint16)  # 0 .. 65520
+    folder = tmp_path / "sixteen"
+    folder.mkdir()
+    Image.fromarray(ramp).save(folder / "ramp16.png")
+    assert Image.open(folder / "ramp16.png").mode.startswith("I")
+    table, _ = folder_statistics(folder)
+    eight_bit = image_statistics((ramp // 257).astype(np.uint8))
+    assert table.loc[0, "rms_contrast"] == pytest.approx(eight_bit["rms_contrast"])
+    assert table.loc[0, "rms_contrast"] > 0.25  # PIL's clipping would leave almost every pixel white (about 0.04)
+
+
+def test_images_smaller_than_the_minimum_side_are_flagged(folders, tmp_path, capsys):
+    folder = example_images(tmp_path / "with_tiny", n=6, seed=4)
+    Image.new("RGB", (1, 1), (90, 40, 20)).save(folder / "tiny.png")
+    Image.new("RGB", (MIN_IMAGE_SIDE, 200), (90, 40, 20)).save(folder / "narrow_but_enough.png")
+    report = quality_check(folder, reference=folders["reference"])
+    flagged = dict(zip(report.table["file"], report.table["flagged"]))
+    assert SMALL in flagged["tiny.png"].split(";")
+    assert SMALL not in flagged["narrow_but_enough.png"].split(";")
+    assert report.flag_counts()[SMALL] == 1
+    assert main(["quality-check", "--images", str(folder), "--reference", str(folders["reference"])]) == 0
+    printed = capsys.readouterr().out
+    assert f"a side < {MIN_IMAGE_SIDE} px" in printed and "tiny.png: " in printed

@@ -1,6 +1,7 @@
 """Tests for ``crsrepro recalibrate`` (crsrepro.tools.recalibrate): the recipe, the saved map, and bad input."""
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -8,7 +9,9 @@ import pytest
 
 from crsrepro.cli import main
 from crsrepro.tools.deployment import GRADES, example_cohort
-from crsrepro.tools.recalibrate import cases_for_ece_precision, read_cohort, split_cohort
+from crsrepro.core.metrics import expected_calibration_error
+from crsrepro.tools.recalibrate import (CohortError, cases_for_ece_precision, read_cohort, recalibrate_cohort,
+                                        split_cohort)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +110,8 @@ def _write(tmp_path, rows, name="bad.csv"):
     (["a,b,y", "0.5,0.5,a", "0.5,0.4,b"], ["--labels", "y", "--input", "probabilities"], ["row 3", "sum to 0.9"]),
     (["a,b,y", "0.5,0.5,a", "0.5,0.5,c"], ["--labels", "y"], ["row 3", "column 'y'", "label 'c'", "a, b"]),
     (["a,b,y", "0.5,0.5,a", "0.5,x,b"], ["--labels", "y"], ["row 3", "column 'b'", "'x' is not a finite number"]),
-    (["a,b,y", "1.5,-0.5,a"], ["--labels", "y", "--input", "probabilities"], ["row 2", "column 'a'", "[0, 1]"]),
+    (["a,b,y", "1.5,-0.5,a", "0.5,0.5,b"], ["--labels", "y", "--input", "probabilities"],
+     ["row 2", "column 'a'", "[0, 1]"]),
     (["a,b,y"] + ["0.5,0.5,a", "0.5,0.5,b"] * 10, ["--labels", "y", "--method", "vector"],
      ["bad.csv", "10 calibration cases for 2 classes", "vector 40"]),
     (["a,b,y"] + ["0.5,0.5,a", "0.5,0.5,b"] * 10, ["--labels", "y"], ["bad.csv", "cross-validation needs at least"]),
@@ -141,3 +145,121 @@ def test_the_cli_defaults_are_the_module_constants():
     assert recalibrate.tolerance == ECE_TOLERANCE and float(recalibrate.calibration_split) == CALIBRATION_FRACTION
     assert not hasattr(recalibrate, "profile")
     assert build_parser().parse_args(["quality-check", "--images", "d"]).threshold == Z_THRESHOLD
+
+
+# ---------------------------------------------------------------- issue 26: safe reading and writing
+
+
+def _cohort_table(cohort_csv):
+    return pd.read_csv(cohort_csv, dtype=str, keep_default_na=False)
+
+
+@pytest.mark.parametrize("row, column, value", [(4, "grade_1", "1.3"), (7, "grade_0", "-0.2")])
+def test_one_value_outside_0_1_is_an_error_not_a_switch_to_logits(cohort_csv, tmp_path, capsys, row, column, value):
+    table = _cohort_table(cohort_csv)
+    table.loc[row, column] = value
+    table.to_csv(tmp_path / "one_bad.csv", index=False)
+    assert run_cli("--scores", tmp_path / "one_bad.csv", "--labels", "label", "--method", "temperature",
+                   "--out", tmp_path / "o.csv") == 2
+    one_line_error(capsys, "one_bad.csv", f"row {row + 2}", f"column {column!r}", "outside [0, 1]", "--input logits")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_a_logits_file_with_a_row_inside_0_1_is_an_error_unless_input_logits(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    table = pd.DataFrame(rng.normal(scale=4, size=(120, 2)) + [[3, -3]], columns=["a", "b"])
+    table["y"] = np.where(np.arange(120) % 2, "a", "b")
+    table.loc[table.index[(table[["a", "b"]].abs() < 1).all(axis=1)], ["a", "b"]] = 5.0  # no chance rows
+    table.loc[9, ["a", "b"]] = [0.2, 0.7]  # one row of logits that happens to lie in [0, 1]
+    table.to_csv(tmp_path / "logits.csv", index=False)
+    args = ["--scores", tmp_path / "logits.csv", "--labels", "y", "--method", "temperature"]
+    assert run_cli(*args, "--out", tmp_path / "o.csv") == 2
+    one_line_error(capsys, "row 11", "every score lies in [0, 1]", "119 of 120 rows", "--input logits")
+    assert run_cli(*args, "--input", "logits", "--out", tmp_path / "o.csv") == 0
+    assert "scores read as logits" in capsys.readouterr().out
+
+
+def test_a_single_class_cohort_or_part_is_refused_naming_the_rows(cohort_csv, tmp_path, capsys):
+    table = _cohort_table(cohort_csv)
+    table.assign(label="grade_0").to_csv(tmp_path / "one_class.csv", index=False)
+    assert run_cli("--scores", tmp_path / "one_class.csv", "--labels", "label", "--classes", ",".join(GRADES),
+                   "--out", tmp_path / "o.csv") == 2
+    one_line_error(capsys, "one_class.csv", "every one of the 400 cases of the cohort", "rows 2, 3, 4, 5, 6 ...",
+                   "label 'grade_0'", "at least two classes")
+    part = np.where(table["label"] == "grade_0", "evaluation", "calibration")
+    table.assign(part=part).to_csv(tmp_path / "one_class_part.csv", index=False)
+    assert run_cli("--scores", tmp_path / "one_class_part.csv", "--labels", "label", "--calibration-split", "part",
+                   "--method", "temperature", "--out", tmp_path / "o.csv") == 2
+    first = int(np.flatnonzero(part == "evaluation")[0]) + 2
+    one_line_error(capsys, "of the evaluation part", f"rows {first},", "label 'grade_0'")
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_duplicate_ids_are_refused_naming_the_rows(cohort_csv, tmp_path, capsys):
+    table = _cohort_table(cohort_csv)
+    table.loc[5, "case_id"] = table.loc[1, "case_id"]
+    table.to_csv(tmp_path / "dup.csv", index=False)
+    assert run_cli("--scores", tmp_path / "dup.csv", "--labels", "label", "--id-column", "case_id",
+                   "--out", tmp_path / "o.csv") == 2
+    one_line_error(capsys, "dup.csv", "column 'case_id'", f"id {table.loc[1, 'case_id']!r} is on rows 3, 7")
+
+
+def test_the_classes_default_to_the_label_values_so_other_columns_need_no_flag(cohort_csv, tmp_path, capsys):
+    table = _cohort_table(cohort_csv).assign(site=lambda t: np.where(np.arange(len(t)) % 2, "north", "south"))
+    table.to_csv(tmp_path / "with_site.csv", index=False)
+    out = tmp_path / "o.csv"
+    assert run_cli("--scores", tmp_path / "with_site.csv", "--labels", "label", "--method", "temperature",
+                   "--out", out) == 0
+    assert json.loads((tmp_path / "o.map.json").read_text())["classes"] == GRADES
+    written = pd.read_csv(out, dtype=str)
+    assert (written[["case_id", "site"]] == table[["case_id", "site"]]).all().all()  # carried through
+    missing = table[table["label"] != "grade_4"]  # a class without a labelled case: its column is no class
+    missing.to_csv(tmp_path / "no_grade_4.csv", index=False)
+    assert run_cli("--scores", tmp_path / "no_grade_4.csv", "--labels", "label", "--out", tmp_path / "p.csv") == 2
+    one_line_error(capsys, "the score columns are the label column's values", "--classes")
+
+
+def test_outputs_never_replace_the_input_and_existing_files_need_overwrite(cohort_csv, tmp_path, capsys):
+    scores = tmp_path / "scores.csv"
+    scores.write_bytes(cohort_csv.read_bytes())
+    before = scores.read_bytes()
+    base = ["--scores", scores, "--labels", "label", "--method", "temperature"]
+    assert run_cli(*base, "--out", scores) == 2
+    one_line_error(capsys, "scores.csv: is an input of this command", "another --out")
+    assert run_cli(*base, "--out", tmp_path / "o.csv", "--map", scores) == 2
+    one_line_error(capsys, "scores.csv: is an input")
+    assert scores.read_bytes() == before
+    (tmp_path / "o.csv").write_text("mine\n")
+    assert run_cli(*base, "--out", tmp_path / "o.csv") == 2
+    one_line_error(capsys, "o.csv exists", "--overwrite")
+    assert (tmp_path / "o.csv").read_text() == "mine\n"
+    recalibrate_cohort(scores, label_column="label", method="temperature", out=tmp_path / "o.csv", overwrite=True)
+    assert "calibration_split" in pd.read_csv(tmp_path / "o.csv").columns
+    with pytest.raises(CohortError, match="scores.csv: is an input"):
+        recalibrate_cohort(scores, label_column="label", out=scores, overwrite=True)
+    assert run_cli("--scores", scores, "--apply", tmp_path / "o.map.json", "--out", tmp_path / "o.map.json") == 2
+    one_line_error(capsys, "o.map.json: is an input")
+    assert scores.read_bytes() == before
+
+
+INTERVAL = re.compile(r"([+-]?\d+\.\d+) \[([+-]?\d+\.\d+), ([+-]?\d+\.\d+)\]")
+
+
+def test_every_printed_interval_contains_its_estimate(tmp_path, capsys):
+    small = example_cohort(tmp_path / "small", n=120, seed=3)  # small: the ECE's bootstrap bias is large
+    assert run_cli("--scores", small, "--labels", "label", "--method", "temperature", "--out", tmp_path / "o.csv") == 0
+    assert run_cli("--scores", small, "--labels", "label", "--apply", tmp_path / "o.map.json",
+                   "--out", tmp_path / "again.csv") == 0
+    printed = capsys.readouterr().out
+    found = [tuple(map(float, m)) for m in INTERVAL.findall(printed)]
+    assert len(found) == 12, printed  # ECE and AUROC before, after and change, for the fit and the apply
+    for estimate, low, high in found:
+        assert low <= estimate <= high, printed
+    report = recalibrate_cohort(small, label_column="label", method="temperature", out=tmp_path / "r.csv")
+    for interval in (report.ece_before, report.ece_after, report.ece_change, report.auroc_before,
+                     report.auroc_after, report.auroc_change):
+        assert interval.ci_low <= interval.estimate <= interval.ci_high
+    cohort = read_cohort(small, label_column="label")
+    evaluation = ~split_cohort(cohort, 0.5, seed=0)  # recalibrate_cohort's default split
+    plug_in = expected_calibration_error(cohort.labels[evaluation], cohort.probs[evaluation], task="multiclass")
+    assert report.ece_before.estimate < plug_in  # the upward bias of a resampled ECE is corrected

@@ -131,25 +131,43 @@ def test_transfer_table_has_one_column_per_target():
     assert "no transfer set" in robustness["transfer_sentence"].data and "transfer_p" not in robustness
 
 
-def test_two_level_intervals_stack_the_datasets():
-    from crsrepro.score.stats import two_level_bootstrap
-
-    rng = np.random.default_rng(0)
-    labels = rng.integers(0, 2, 60)
-    probs = {e: np.stack([np.column_stack([1 - p, p]) for p in rng.uniform(size=(2, 60))]) for e in ("a", "b")}
-    result = two_level_bootstrap(labels, probs, task="multiclass", n_resamples=50)
-    table = tables.two_level_intervals(SimpleNamespace(two_level_bootstrap={"d1": result, "d2": result}))
-    assert table.index.names == ["dataset", "encoder"] and len(table) == 4
-    assert (table["auroc_width"] >= 0).all() and (table["auroc_ci_low"] <= table["auroc"]).all()
-
-
 def test_seed_count_coverage_is_a_note_when_skipped_and_a_row_otherwise(monkeypatch):
     from crsrepro.analyse.run_analysis import RunAnalysis
 
     assert "not run here" in tables.seed_count_coverage("").data
     table = pd.DataFrame({"a": ["x"], "b": ["y"], "estimate_all_seeds": [0.1], "coverage": [0.8], "mean_width": [0.2]})
-    table.attrs = {"coverage": 0.8, "level": 0.95, "n_seeds": 5, "n_all_seeds": 20, "n_subsets": 40}
+
+    def coverage(n_seeds, n_subsets, *, two_level, n_resamples):
+        out = table.copy()
+        out.attrs = {"coverage": 0.99 if two_level else 0.8, "level": 0.95, "n_seeds": n_seeds, "n_all_seeds": 20,
+                     "n_subsets": n_subsets, "n_resamples": n_resamples,
+                     "bootstrap": "seeds x cases" if two_level else "seeds"}
+        return out
+
     monkeypatch.setattr(RunAnalysis, "load", classmethod(
-        lambda cls, profile: SimpleNamespace(seed_count_coverage=lambda n_seeds: table)))
-    row = tables.seed_count_coverage("demo-seeds20").loc["demo-seeds20"]
-    assert (row["coverage"], row["nominal"], row["seeds of the run"]) == (0.8, 0.95, 20)
+        lambda cls, profile: SimpleNamespace(seed_count_coverage=coverage)))
+    result = tables.seed_count_coverage("demo-seeds20")
+    assert (result.loc["seeds", "coverage"], result.loc["seeds", "nominal"], result.loc["seeds", "seeds of the run"]) \
+        == (0.8, 0.95, 20)
+    assert result.loc["seeds x cases", "coverage"] == 0.99 and result.loc["seeds", "profile"] == "demo-seeds20"
+
+
+def test_status_page_repeats_the_coverage_chapter_05_glued(tmp_path):
+    import json
+
+    from crsrepro.present.book import GENERATED, ChapterRun, write_status_page
+
+    def glued(name, text):
+        return {"output_type": "display_data", "metadata": {"scrapbook": {"name": name, "mime_prefix": "x/"}},
+                "data": {"x/text/plain": repr(text)}}
+
+    (tmp_path / GENERATED).mkdir(parents=True)
+    notebook = {"cells": [{"cell_type": "code", "outputs": [glued("coverage_seeds", "0.812"),
+                                                             glued("coverage_two_level", "0.990"),
+                                                             glued("coverage_profile", "demo-seeds20")]}]}
+    (tmp_path / GENERATED / "05_crs_bootstrap.ipynb").write_text(json.dumps(notebook))
+    text = write_status_page(tmp_path, "demo", {"05_crs_bootstrap": ChapterRun(1.0)}).read_text()
+    assert "| the paper's: seeds only | 0.812 |" in text and "| seeds x test cases | 0.990 |" in text
+    assert "`demo-seeds20`" in text
+    (tmp_path / GENERATED / "05_crs_bootstrap.ipynb").unlink()
+    assert "Coverage of a 5-seed" not in write_status_page(tmp_path, "demo", {}).read_text()

@@ -9,7 +9,7 @@ from scipy import stats as sps
 
 from crsrepro.score.crs import DEFAULT_ANCHORS, DIMENSIONS, ProfileTableError, ReferenceFrame, aggregate_crs, crs_scores
 from crsrepro.core.metrics import macro_auroc
-from crsrepro.score.stats import (_weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
+from crsrepro.score.stats import (weighted_macro_auroc, case_paired_bootstrap, has_seed_variance, rank_agreement,
                                   rank_correlations, seed_paired_bootstrap, seed_variance)
 
 import torch
@@ -235,16 +235,16 @@ def test_weighted_auroc_matches_macro_auroc_on_resampled_cases():
     p = np.round(rng.dirichlet(np.ones(3), 60), 1)  # rounding makes ties
     onehot = torch.as_tensor(np.eye(3)[y], dtype=torch.float64)
     counts = torch.ones(1, 60, dtype=torch.float64)
-    assert float(_weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
+    assert float(weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
         macro_auroc(y, p, task="multiclass"), abs=1e-12)
     idx = rng.integers(0, 60, 60)
     counts = torch.as_tensor(np.bincount(idx, minlength=60)[None], dtype=torch.float64)
-    assert float(_weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
+    assert float(weighted_macro_auroc(onehot, torch.as_tensor(p), counts)[0]) == pytest.approx(
         macro_auroc(y[idx], p[idx], task="multiclass"), abs=1e-12)
     ml = rng.integers(0, 2, (60, 4)).astype(float)
     ml[rng.random((60, 4)) < 0.2] = np.nan
     s = rng.random((60, 4))
-    assert float(_weighted_macro_auroc(torch.as_tensor(ml), torch.as_tensor(s), counts)[0]) == pytest.approx(
+    assert float(weighted_macro_auroc(torch.as_tensor(ml), torch.as_tensor(s), counts)[0]) == pytest.approx(
         macro_auroc(ml[idx], s[idx], task="multilabel"), abs=1e-12)
 
 

@@ -71,35 +71,82 @@ def test_reliability_profiles_by_hand():
     assert changed.to_dict() == {"aptos2019": False, "chexpert": True, "isic2019": False}
 
 
-def test_insertion_experiment_fixed_is_exactly_zero():
+def test_insertion_experiment_fixed_is_exactly_zero_at_both_levels():
     result = insertion_experiment(reliability_profiles(RUNS), n_trials=5, rng=1)
-    assert result.summary.loc["fixed", "max_movement"] == 0.0
-    assert result.summary.loc["cohort", "max_movement"] > 0.0
-    assert result.summary.loc["fixed", "panel_size"] == 3  # 6 encoders: panels of 6 - 3
-    assert len(result.movements) == 5 * 2 * 3 * 3  # trials x modes x panel encoders x datasets
+    summary = result.summary
+    assert list(summary.index) == [("cell", "cohort"), ("cell", "fixed"), ("aggregate", "cohort"),
+                                   ("aggregate", "fixed")]
+    assert summary.loc[("cell", "fixed"), "max_movement"] == 0.0 == summary.loc[("aggregate", "fixed"), "max_movement"]
+    assert summary.loc[("cell", "cohort"), "max_movement"] > 0.0
+    assert (summary["panel_size"] == 3).all()  # 6 encoders: panels of 6 - 3
+    moves = result.movements
+    assert (moves["level"] == "cell").sum() == 5 * 2 * 3 * 3  # trials x modes x panel encoders x datasets
+    assert (moves["level"] == "aggregate").sum() == 5 * 2 * 3 and (moves.loc[moves["level"] == "aggregate",
+                                                                           "dataset"] == "").all()
+    # an encoder's aggregate moves by |mean of its cells' changes|, so at most the mean of its cells' movements
+    cells = moves[moves["level"] == "cell"].groupby(["trial", "mode", "encoder"])["movement"].mean()
+    aggregate = moves[moves["level"] == "aggregate"].set_index(["trial", "mode", "encoder"])["movement"]
+    assert (aggregate <= cells.reindex(aggregate.index) + 1e-12).all()
+    assert (aggregate < cells.reindex(aggregate.index) - 1e-6).any()  # cells move both ways: they partly cancel
+
+
+def _brackets(table, columns=("estimate", "ci_low", "ci_high")):
+    """Every finite interval of ``table`` contains its estimate (DESIGN.md section 15)."""
+    estimate, low, high = (table[c].to_numpy(float) for c in columns)
+    finite = np.isfinite(estimate)
+    return bool(finite.any() and (low[finite] <= estimate[finite]).all() and (estimate[finite] <= high[finite]).all())
 
 
 def test_external_validity_uses_its_own_frame_without_the_transfer_drop():
-    result = external_validity(RUNS)
+    result = external_validity(RUNS, n_resamples=300)
     t = result.table
     assert len(t) == 6
     assert result.rho_crs == pytest.approx(sps.spearmanr(t["crs"], t["target_auroc"]).statistic)
     assert result.rho_source_auroc == pytest.approx(sps.spearmanr(t["source_auroc"], t["target_auroc"]).statistic)
     full_frame = ReferenceFrame.freeze(reliability_profiles(RUNS))
     assert result.frame.content_hash() != full_frame.content_hash()
-    cell = external_validity(RUNS, crs_level="cell").table
+    cell = external_validity(RUNS, crs_level="cell", n_resamples=300).table
     assert (cell["crs"] != t["crs"]).any()
+
+
+def test_external_validity_intervals_bracket_their_estimates_and_pair_the_difference():
+    result = external_validity(RUNS, n_resamples=400, rng=3)
+    intervals = result.intervals
+    assert list(intervals.index) == ["rho_crs", "rho_source_auroc", "rho_difference"]
+    assert list(intervals.columns) == ["estimate", "ci_low", "ci_high", "plug_in"]
+    assert _brackets(intervals)
+    assert intervals.loc["rho_crs", "plug_in"] == result.rho_crs
+    assert intervals.loc["rho_difference", "plug_in"] == pytest.approx(result.rho_crs - result.rho_source_auroc)
+    # the toy's transfer AUROC follows its source AUROC in rank: rho 1 in every encoder resample, a point
+    # interval; the CRS does not, and its interval has width
+    assert intervals.loc["rho_source_auroc", ["estimate", "ci_low", "ci_high"]].tolist() == pytest.approx([1.0] * 3)
+    assert intervals.loc["rho_crs", "ci_high"] > intervals.loc["rho_crs", "ci_low"]
+    again = external_validity(RUNS, n_resamples=400, rng=3).intervals
+    pd.testing.assert_frame_equal(intervals, again)  # the same rng, the same draw
 
 
 def test_leave_one_dataset_out_by_hand():
     scores = pd.DataFrame({"encoder": ["a", "b", "c"] * 2, "dataset": ["x"] * 3 + ["y"] * 3,
                            "auroc": [0.9, 0.8, 0.7, 0.8, 0.7, 0.6], "crs": [0.1, 0.2, 0.3, 0.5, 0.4, 0.3]})
-    out = leave_one_dataset_out(scores)
-    assert out.loc["x", "spearman_rho"] == pytest.approx(1.0)  # CRS on y: a > b > c, AUROC on x: a > b > c
-    assert out.loc["y", "spearman_rho"] == pytest.approx(-1.0)
+    out = leave_one_dataset_out(scores, n_resamples=200)
+    assert out.loc["x", "spearman_rho_plug_in"] == pytest.approx(1.0)  # CRS on y: a > b > c, AUROC on x: a > b > c
+    assert out.loc["y", "spearman_rho_plug_in"] == pytest.approx(-1.0)
+    # a perfect rank relation stays perfect in every encoder resample: the interval is the point
+    for held_out, rho in (("x", 1.0), ("y", -1.0)):
+        assert out.loc[held_out, ["spearman_rho", "spearman_rho_ci_low", "spearman_rho_ci_high"]].tolist() == \
+            pytest.approx([rho] * 3)
     assert out.loc["x", "recovered"] and not out.loc["y", "recovered"]
     assert out.loc["y", "auroc_champion"] == "a" and out.loc["y", "crs_champion"] == "c"
     assert (out["n_encoders"] == 3).all()
+    two = leave_one_dataset_out(scores[scores["encoder"] != "c"], n_resamples=50)
+    assert two["spearman_rho"].isna().all() and two["spearman_rho_ci_low"].isna().all()  # 2 encoders: no rho
+
+
+def test_leave_one_dataset_out_intervals_bracket_their_estimates():
+    scores = crs.crs_scores(reliability_profiles(RUNS), ReferenceFrame.freeze(reliability_profiles(RUNS)))
+    out = leave_one_dataset_out(scores, n_resamples=400, rng=1)
+    assert _brackets(out, ("spearman_rho", "spearman_rho_ci_low", "spearman_rho_ci_high"))
+    assert (out["spearman_rho_ci_high"] > out["spearman_rho_ci_low"]).any()
 
 
 def test_control_probe_agreement():

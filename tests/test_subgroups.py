@@ -11,8 +11,8 @@ import pytest
 from crsrepro.score.crs import aggregate_crs, crs_scores
 from crsrepro.data import prepare_dataset
 from crsrepro.data.common import age_groups, subgroup_columns
-from crsrepro.core.metrics import macro_auroc
-from crsrepro.analyse.subgroups import COLUMNS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
+from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+from crsrepro.analyse.subgroups import COLUMNS, METRICS, case_groups, subgroup_metrics, subgroup_table, worst_subgroup
 
 
 def _planted(n=300, n_seeds=2, seed=0):
@@ -43,18 +43,52 @@ def test_the_planted_subgroup_effect_is_found_with_intervals_around_the_estimate
     assert noisy["ece_gap"] > 0
     assert abs(steady["auroc_gap"]) < 0.05 and steady["auroc_gap_ci_low"] < 0 < steady["auroc_gap_ci_high"]
     assert row.loc[("noisy", "sex", "male"), "auroc_gap"] > 0  # the rest of the test set is better than the whole
-    for metric in ("auroc", "ece", "auroc_gap", "ece_gap"):
+    for metric in METRICS:  # every interval brackets its estimate
         assert (table[f"{metric}_ci_low"] <= table[metric]).all()
         assert (table[metric] <= table[f"{metric}_ci_high"]).all()
-    np.testing.assert_allclose(table["auroc_gap"], table["auroc"] - table["auroc_whole"])
+    np.testing.assert_allclose(table["auroc_gap_plug_in"], table["auroc_plug_in"] - table["auroc_whole"])
     whole = {e: np.mean([macro_auroc(labels, p.astype(float), task="multiclass") for p in probs[e]]) for e in probs}
     np.testing.assert_allclose(table["auroc_whole"], table["encoder"].map(whole))  # every class in every subgroup
+    # the plug-ins are the seed means of the metrics on the subgroup's cases
+    women = groups["sex"].to_numpy() == "female"
+    np.testing.assert_allclose(noisy[["auroc_plug_in", "ece_plug_in"]].astype(float), [
+        np.mean([macro_auroc(labels[women], p[women].astype(float), task="multiclass") for p in probs["noisy"]]),
+        np.mean([expected_calibration_error(labels[women], p[women].astype(float), task="multiclass")
+                 for p in probs["noisy"]])])
+    # the planted subgroup is the noisy encoder's worst in (nearly) every replicate; shares sum to 1
+    assert noisy["p_worst"] > 0.9
+    np.testing.assert_allclose(table.groupby("encoder")["p_worst"].sum(), 1.0)
     assert (table["n_classes"] == 3).all()
     # skipped and counted: the unknown cases, the 20-case site; the 280-case site is scored
     skipped = {(a, s): (n, why) for a, s, n, why in table.attrs["skipped"]}
     assert skipped == {("sex", "unknown"): (8, "unknown"), ("site", "palms/soles"): (20, "fewer than 30 cases")}
     assert "site=palms/soles (20 cases) not scored: fewer than 30 cases" in caplog.text
     assert set(table["subgroup"]) == {"female", "male", "torso"} and list(table.columns) == COLUMNS[:1] + COLUMNS[2:]
+
+
+def test_the_gap_comes_from_one_resample_of_the_whole_test_set():
+    """A subgroup that is the whole test set has a gap of exactly 0 in every replicate, so its gap interval is
+    the point 0; a subgroup scored on its own resample (and the whole set held fixed) would give a wide one."""
+    labels, probs, groups = _planted(n=200)
+    groups = groups.assign(everyone="all", half=np.where(np.arange(200) < 100, "first", "second"))
+    table = subgroup_metrics(labels, probs, groups[["everyone", "half"]], task="multiclass", n_resamples=100)
+    everyone = table[table["attribute"] == "everyone"]
+    for gap in ("auroc_gap", "ece_gap"):
+        assert (everyone[[gap, f"{gap}_ci_low", f"{gap}_ci_high"]].abs().to_numpy() < 1e-12).all()
+    assert (everyone["auroc_ci_high"] - everyone["auroc_ci_low"] > 0.01).all()  # the AUROC itself is uncertain
+    # a half of the set: its gap varies less than its AUROC, as the whole moves with it
+    half = table[table["attribute"] == "half"]
+    gap_width = half["auroc_gap_ci_high"] - half["auroc_gap_ci_low"]
+    assert (gap_width < half["auroc_ci_high"] - half["auroc_ci_low"]).all()
+
+
+def test_the_ece_estimate_is_bias_corrected_and_inside_its_interval():
+    """Resampling duplicates cases, which inflates a binned ECE: the replicates sit above the plug-in,
+    so the estimate (2 plug-in - median) is below it, and inside the interval (science review B2)."""
+    labels, probs, groups = _planted(n=120, n_seeds=1)
+    table = subgroup_metrics(labels, probs, groups[["sex"]], task="multiclass", n_resamples=200, min_cases=30)
+    assert (table["ece"] < table["ece_plug_in"]).all()
+    assert ((table["ece_ci_low"] <= table["ece"]) & (table["ece"] <= table["ece_ci_high"])).all()
 
 
 def test_a_subgroup_with_one_outcome_is_skipped():
@@ -115,12 +149,26 @@ def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
     worst = worst_subgroup(tiny, table)
     for encoder, row in worst.per_encoder.iterrows():
         mine = table[table["encoder"] == encoder]
-        assert row["auroc_gap"] == mine["auroc_gap"].min() and row["ece_gap"] == mine["ece_gap"].max()
+        assert row["auroc_gap_plug_in"] == mine["auroc_gap_plug_in"].min()
+        assert row["ece_gap_plug_in"] == mine["ece_gap_plug_in"].max()
+        assert 0 <= row["auroc_p_worst"] <= 1
     # the worst-subgroup CRS: D and C of the worst subgroup, L and R kept, the frozen frame
     cell = worst.cells.set_index("encoder")
     profiles = tiny.cell_means.set_index("encoder")
-    profiles.loc[cell.index, ["auroc", "ece"]] = cell[["auroc", "ece"]].to_numpy()
+    profiles.loc[cell.index, ["auroc", "ece"]] = cell[["auroc_plug_in", "ece_plug_in"]].to_numpy()
     expected = aggregate_crs(crs_scores(profiles.reset_index(), tiny.frame))
     pd.testing.assert_series_equal(worst.aggregate["crs"], expected["crs"])
     assert worst.agreement.n_pairs == 1 and worst.ranking_changes == (worst.agreement.reversed_pairs > 0)
     assert worst.n_cells_unchanged == 0
+    # the book's side: the worst-subgroup summary's intervals bracket their estimates, the prose quotes them
+    from crsrepro.present.report import numbers, tables
+
+    summary = tables.worst_subgroup_summary(table, worst)
+    for gap in ("auroc_gap", "ece_gap"):
+        assert ((summary[f"{gap}_ci_low"] <= summary[gap]) & (summary[gap] <= summary[f"{gap}_ci_high"])).all()
+    glue = numbers.subgroups(table, worst)
+    low, high = (float(v) for v in glue["worst_auroc_gap_ci"].strip("[]").split(", "))
+    assert low <= float(glue["worst_auroc_gap"]) <= high and glue["worst_p_worst_median"].endswith("%")
+    none = numbers.subgroups(table.iloc[:0], None)
+    assert none["n_subgroups"] == "0" and all(v == "n/a" for k, v in none.items() if not k.startswith("n_"))
+    assert set(none) == set(glue)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from crsrepro.core.metrics import expected_calibration_error, macro_auroc
-from crsrepro.score.stats import _weighted_ece, case_paired_bootstrap, two_level_bootstrap
+from crsrepro.score.stats import weighted_ece, case_paired_bootstrap, two_level_bootstrap
 
 
 def multiclass_probs(n_seeds=3, n_cases=80, n_classes=3, encoders=("a", "b"), rng=0):
@@ -39,7 +39,7 @@ def test_weighted_ece_is_metrics_ece_on_resampled_cases(task):
     for _ in range(5):
         idx = rng.integers(0, len(y), len(y))
         counts = torch.as_tensor(np.bincount(idx, minlength=len(y))[None], dtype=torch.float64)
-        got = float(_weighted_ece(y_t, torch.as_tensor(p), counts, task=task, n_bins=15)[0])
+        got = float(weighted_ece(y_t, torch.as_tensor(p), counts, task=task, n_bins=15)[0])
         assert got == pytest.approx(expected_calibration_error(y[idx], p[idx], task=task), abs=1e-12)
 
 
@@ -91,11 +91,15 @@ def test_two_level_intervals_are_wider_than_seed_only_and_paired():
     probs["a_copy"] = probs["a"].copy()
     both = two_level_bootstrap(y, probs, task="multiclass", n_resamples=200, rng=0).summary()
     seeds = two_level_bootstrap(y, probs, task="multiclass", n_resamples=200, rng=0, resample_cases=False).summary()
-    assert list(both.columns) == ["auroc", "auroc_ci_low", "auroc_ci_high", "ece", "ece_ci_low", "ece_ci_high"]
+    assert list(both.columns) == ["auroc", "auroc_ci_low", "auroc_ci_high", "auroc_plug_in",
+                                  "ece", "ece_ci_low", "ece_ci_high", "ece_plug_in"]
+    for metric in ("auroc", "ece"):  # every interval holds its estimate (the ECE's is bias-corrected)
+        assert ((both[f"{metric}_ci_low"] <= both[metric]) & (both[metric] <= both[f"{metric}_ci_high"])).all()
     for metric in ("auroc", "ece"):  # test-set noise widens both intervals of every encoder
         assert ((both[f"{metric}_ci_high"] - both[f"{metric}_ci_low"])
                 > (seeds[f"{metric}_ci_high"] - seeds[f"{metric}_ci_low"])).all()
-    pd.testing.assert_series_equal(both["auroc"], seeds["auroc"])  # one point estimate
+    pd.testing.assert_series_equal(both["auroc"], seeds["auroc"])  # one point estimate, the plug-in
+    assert (both["ece"] < both["ece_plug_in"]).all()  # resampled cases inflate a binned ECE: corrected down
     paired = two_level_bootstrap(y, probs, task="multiclass", n_resamples=50, rng=0)
     assert paired.auroc.paired_diff_ci("a", "a_copy").ci_high == 0.0  # the same draws for every encoder
 

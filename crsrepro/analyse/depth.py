@@ -2,7 +2,14 @@
 
 :func:`depth_profiles` turns the sweep's tidy rows (:class:`crsrepro.run.depth.DepthStage`) into the four
 dimensions of every (encoder, dataset, seed, layer); :func:`best_depths`, :func:`intermediate_wins`,
-:func:`paired_test` and :func:`val_selected_ranking` read that table.
+:func:`win_counts`, :func:`paired_test` and :func:`val_selected_ranking` read that table.
+
+A depth is only ever *chosen* on the val split (``val_auroc``), and only *judged* on the test split: the
+paper's "an intermediate layer wins in 5 of 8 sweeps" becomes "the val-chosen tap is intermediate", shown
+beside the count that exchangeable taps would give (:func:`exchangeable_wins`: 3 of 4 taps are
+intermediate, so chance alone gives 3/4 of the pairs), and the claim that it is *better* is a one-sided
+paired test over seeds with Holm's correction across pairs (:func:`paired_test`, :func:`holm`). Each
+is computed against both last layers of :data:`REFERENCES`.
 """
 
 from __future__ import annotations
@@ -18,6 +25,13 @@ from crsrepro.score.dimensions import reliability_profiles, select_runs
 
 PROFILE_COLUMNS = ["encoder", "family", "dataset", "seed", "layer", "depth", "auroc", "ece", "retention",
                    "robustness", "val_auroc"]
+REFERENCES = ("depth100", "final")
+"""The last layers an intermediate tap is compared with: ``depth100``, the 100 % tap of the depth axis (the
+last block's tokens pooled like the other taps; a demo network's ``final``, which *is* that), and ``final``,
+the primary protocol's embedding (the sweep's ``final`` rows are the grid's linear probe on the same unit
+and features; for the demo networks the two are one layer)."""
+ALPHA = 0.05
+"""The family-wise level of :func:`paired_test` [ours: the conventional 5 %]."""
 
 
 def depth_profiles(results: pd.DataFrame) -> pd.DataFrame:
@@ -51,66 +65,165 @@ def curve(table: pd.DataFrame) -> pd.DataFrame:
     return table[table["depth"].notna()].reset_index(drop=True)
 
 
-def best_depths(table: pd.DataFrame) -> pd.DataFrame:
-    """Per pair, the depth of the best seed-mean clean AUROC, and its gain over the 100 % tap.
+def _choices(table: pd.DataFrame, reference: str, *, intermediate_only: bool = False) -> pd.DataFrame:
+    """Per pair (index ``encoder, dataset``), the candidate tap of the best seed-mean val AUROC: ``layer, depth,
+    val_auroc, auroc`` (seed means), and ``reference, auroc_reference, auroc_final, n_taps``.
+
+    The candidates are the intermediate taps (depth < 100 %) and, unless ``intermediate_only``, the last
+    layer ``reference`` (:data:`REFERENCES`); a tie on val goes to the last layer [ours].
+    """
+    if reference not in REFERENCES:
+        raise DepthError(f"depth sweep: reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+    pair = ["encoder", "dataset"]
+    means = table.groupby([*pair, "layer"], sort=True)[["depth", "val_auroc", "auroc"]].mean().reset_index()
+    means["last"] = means["depth"].eq(100) if reference == "depth100" else means["layer"].eq(FINAL)
+    means["inner"] = means["depth"].lt(100)
+    counts = means.groupby(pair)[["last", "inner"]].sum()
+    bad = counts[(counts["last"] != 1) | (counts["inner"] == 0)]
+    if len(bad):
+        encoder, dataset = bad.index[0]
+        raise DepthError(f"depth sweep: {encoder} on {dataset} lacks an intermediate tap or its {reference} tap")
+    last = means[means["last"]].set_index(pair)
+    pool = means[means["inner"] | (means["last"] & (not intermediate_only))]
+    chosen = pool.sort_values([*pair, "val_auroc", "last"], ascending=[True, True, False, False]).groupby(pair).head(1)
+    final = means[means["layer"] == FINAL].set_index(pair)["auroc"]
+    return (chosen.set_index(pair)[["layer", "depth", "val_auroc", "auroc"]]
+            .assign(reference=last["layer"], auroc_reference=last["auroc"], auroc_final=final,
+                    n_taps=counts["inner"] + 1).sort_index())
+
+
+def best_depths(table: pd.DataFrame, reference: str = "depth100") -> pd.DataFrame:
+    """Per pair, the tap chosen on *val* (never on test) and its test-AUROC gain over the last layer.
+
+    The candidates are the intermediate taps (25 / 50 / 75 %) and the last layer ``reference``
+    (:data:`REFERENCES`); the chosen one has the best seed-mean val AUROC (a tie goes to the last layer
+    [ours]). Its test AUROC is then read, so the choice and the gain use disjoint splits.
 
     Returns
     -------
     DataFrame
-        One row per (encoder, dataset): ``best_depth``, ``best_auroc``, ``auroc_100``, ``gain``
-        (best - 100 %, in AUROC units), ``auroc_final`` (the primary protocol's) and ``n_seeds``.
+        One row per (encoder, dataset): ``reference`` (the last layer's name), ``best_layer``, ``best_depth``
+        (NaN for a ``final`` that is a projection beside a ``depth100`` tap), ``best_val_auroc``,
+        ``best_auroc`` and ``auroc_reference`` (seed-mean test AUROC), ``gain`` (best - reference, AUROC
+        units), ``auroc_final`` (the primary protocol's), ``intermediate`` (the chosen tap is not the last
+        layer), ``n_taps`` (the candidates) and ``n_seeds``.
     """
-    on_axis = curve(table)
-    means = on_axis.groupby(["encoder", "dataset", "depth"])["auroc"].mean().reset_index()
-    rows = []
-    for (encoder, dataset), pair in means.groupby(["encoder", "dataset"], sort=True):
-        best = pair.loc[pair["auroc"].idxmax()]
-        at_100 = pair.loc[pair["depth"] == 100, "auroc"]
-        if at_100.empty:
-            raise DepthError(f"depth sweep: {encoder} on {dataset} has no 100 % tap")
-        final = table[(table["encoder"] == encoder) & (table["dataset"] == dataset) & (table["layer"] == FINAL)]
-        rows.append({"encoder": encoder, "dataset": dataset, "best_depth": int(best["depth"]),
-                     "best_auroc": best["auroc"], "auroc_100": float(at_100.iloc[0]),
-                     "gain": best["auroc"] - float(at_100.iloc[0]), "auroc_final": final["auroc"].mean(),
-                     "n_seeds": on_axis.loc[(on_axis["encoder"] == encoder) & (on_axis["dataset"] == dataset), "seed"].nunique()})
-    return pd.DataFrame(rows)
+    chosen = _choices(table, reference)
+    best = chosen.rename(columns={"layer": "best_layer", "depth": "best_depth", "val_auroc": "best_val_auroc",
+                                  "auroc": "best_auroc"})
+    best = best.assign(gain=best["best_auroc"] - best["auroc_reference"],
+                       intermediate=best["best_layer"] != best["reference"],
+                       n_seeds=table.groupby(["encoder", "dataset"])["seed"].nunique())
+    return best[["reference", "best_layer", "best_depth", "best_val_auroc", "best_auroc", "auroc_reference", "gain",
+                 "auroc_final", "intermediate", "n_taps", "n_seeds"]].reset_index()
 
 
-def intermediate_wins(table: pd.DataFrame) -> tuple[int, int]:
-    """``(pairs whose best depth is below 100 %, pairs)``: the paper's "5 of 8"."""
-    best = best_depths(table)
-    return int((best["best_depth"] < 100).sum()), len(best)
+def intermediate_wins(table: pd.DataFrame, reference: str = "depth100") -> tuple[int, int]:
+    """``(pairs whose val-chosen tap is intermediate, pairs)``: the paper's "5 of 8" (:func:`best_depths`)."""
+    best = best_depths(table, reference)
+    return int(best["intermediate"].sum()), len(best)
 
 
-def paired_test(table: pd.DataFrame) -> pd.DataFrame:
-    """Best intermediate tap vs the 100 % tap, paired across seeds, per pair.
+def exchangeable_wins(n_taps) -> np.ndarray:
+    """The null distribution of the intermediate-win count: ``pmf[k]`` = P(k wins) if every pair's taps were
+    exchangeable (equally good, so noise alone picks one).
 
-    The best intermediate tap is the one of the best seed-mean clean AUROC among 25 / 50 / 75 %. The
-    test is a two-sided paired t-test over seeds of the AUROC differences [ours: with 5 seeds a
-    Wilcoxon signed-rank test cannot go below p = 0.0625, so it could never reject at 5 %; the
-    paired t assumes roughly normal seed differences]. NaN where fewer than two seeds.
+    A pair with T candidate taps, T - 1 of them intermediate, then picks an intermediate one with
+    probability (T - 1) / T, whichever split chose it; over independent pairs [ours: pairs sharing an
+    encoder or a dataset need not be] the count is Poisson-binomial, and binomial(n, (T - 1) / T), with
+    mean n (T - 1) / T, when every pair has T taps (the paper's 8 pairs of 4 taps: 6 of 8).
+
+    >>> exchangeable_wins([4, 4]).tolist()
+    [0.0625, 0.375, 0.5625]
+    """
+    pmf = np.ones(1)
+    for t in n_taps:
+        pmf = np.convolve(pmf, [1 / t, (t - 1) / t])
+    return pmf
+
+
+def win_counts(table: pd.DataFrame) -> pd.DataFrame:
+    """The val-chosen intermediate wins against each last layer, beside the count exchangeable taps would give.
 
     Returns
     -------
     DataFrame
-        ``encoder, dataset, depth`` (the best intermediate), ``mean_diff``, ``sd_diff``, ``t``, ``p``, ``n_seeds``.
+        Indexed by ``reference`` (:data:`REFERENCES`): ``wins``, ``pairs``, ``expected`` (the null mean,
+        :func:`exchangeable_wins`) and ``p_value`` (one-sided: P(count >= wins) under that null; a large
+        value means the observed count is what chance alone gives).
     """
-    from scipy.stats import ttest_rel
+    rows = {}
+    for reference in REFERENCES:
+        best = best_depths(table, reference)
+        pmf, wins = exchangeable_wins(best["n_taps"]), int(best["intermediate"].sum())
+        expected = float(((best["n_taps"] - 1) / best["n_taps"]).sum())
+        rows[reference] = {"wins": wins, "pairs": len(best), "expected": expected, "p_value": float(pmf[wins:].sum())}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("reference")
 
-    on_axis = curve(table)
+
+def holm(p_values) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control across pairs), in the input order.
+
+    The i-th smallest of m p-values becomes max over j <= i of min(1, (m - j + 1) p_(j)); NaN stays NaN
+    and does not count in m.
+
+    >>> holm([0.01, 0.04, 0.03, 0.005]).round(3).tolist()
+    [0.03, 0.06, 0.06, 0.02]
+    """
+    p = np.asarray(p_values, dtype=float)
+    out, kept = np.full(p.shape, np.nan), ~np.isnan(p)
+    m = int(kept.sum())
+    order = np.argsort(p[kept], kind="stable")
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[kept][order]))
+    out[kept] = adjusted
+    return out
+
+
+def paired_test(table: pd.DataFrame, reference: str = "depth100", *, alpha: float = ALPHA) -> pd.DataFrame:
+    """Does the val-chosen intermediate tap beat the last layer? One-sided, paired over seeds, Holm across pairs.
+
+    Per pair the intermediate tap (25 / 50 / 75 %) of the best seed-mean *val* AUROC is taken, and its
+    per-seed test-AUROC differences to ``reference`` (:data:`REFERENCES`) get a one-sided one-sample
+    t-test (H1: mean difference > 0) [ours: with 5 seeds a Wilcoxon signed-rank test cannot go below
+    p = 0.0625; the t-test assumes roughly normal seed differences, and like every seed test here it is
+    conditional on the one test set]. The p-values are Holm-adjusted across the pairs (:func:`holm`).
+    The effect is the mean difference in AUROC points with a two-sided ``1 - alpha`` t-interval over
+    seeds (n - 1 degrees of freedom). NaN where fewer than two seeds.
+
+    Parameters
+    ----------
+    alpha : float
+        The family-wise level of the Holm test and one minus the interval's level (default :data:`ALPHA`).
+
+    Returns
+    -------
+    DataFrame
+        ``encoder, dataset, layer, depth`` (the tested tap), ``reference``, ``gain_points, ci_low, ci_high``
+        (AUROC points), ``t, p, p_holm``, ``survives`` (p_holm < alpha), ``worse`` (the interval lies below
+        zero: the intermediate tap is worse than the last layer) and ``n_seeds``.
+    """
+    from scipy import stats
+
+    chosen = _choices(table, reference, intermediate_only=True)
     rows = []
-    for (encoder, dataset), pair in on_axis.groupby(["encoder", "dataset"], sort=True):
-        wide = pair.pivot_table(index="seed", columns="depth", values="auroc")
-        inner = [d for d in wide.columns if d < 100]
-        if not inner or 100 not in wide.columns:
-            raise DepthError(f"depth sweep: {encoder} on {dataset} lacks an intermediate or the 100 % tap")
-        depth = wide[inner].mean().idxmax()
-        diff = (wide[depth] - wide[100]).dropna()
-        t, p = ttest_rel(wide.loc[diff.index, depth], wide.loc[diff.index, 100]) if len(diff) > 1 else (np.nan, np.nan)
-        rows.append({"encoder": encoder, "dataset": dataset, "depth": int(depth), "mean_diff": diff.mean(),
-                     "sd_diff": diff.std(ddof=1) if len(diff) > 1 else np.nan, "t": float(t), "p": float(p),
-                     "n_seeds": len(diff)})
-    return pd.DataFrame(rows)
+    for (encoder, dataset), pair in table.groupby(["encoder", "dataset"], sort=True):
+        tap, depth, last = chosen.loc[(encoder, dataset), ["layer", "depth", "reference"]]
+        wide = pair.pivot_table(index="seed", columns="layer", values="auroc")
+        diff = 100 * (wide[tap] - wide[last]).dropna()
+        n = len(diff)
+        t, p, half = np.nan, np.nan, np.nan
+        if n > 1:
+            t, p = stats.ttest_1samp(diff, 0.0, alternative="greater")
+            half = stats.t.ppf(1 - alpha / 2, n - 1) * diff.std(ddof=1) / np.sqrt(n)
+        rows.append({"encoder": encoder, "dataset": dataset, "layer": tap, "depth": depth,
+                     "reference": last, "gain_points": diff.mean(), "ci_low": diff.mean() - half,
+                     "ci_high": diff.mean() + half, "t": float(t), "p": float(p), "n_seeds": n})
+    out = pd.DataFrame(rows)
+    out.insert(len(out.columns) - 1, "p_holm", holm(out["p"]))
+    out.insert(len(out.columns) - 1, "survives", out["p_holm"] < alpha)
+    out.insert(len(out.columns) - 1, "worse", out["ci_high"] < 0)
+    return out
 
 
 def val_choices(table: pd.DataFrame) -> pd.DataFrame:
@@ -150,5 +263,5 @@ def val_selected_ranking(table: pd.DataFrame, frame=None):
     return rank_agreement(a.to_dict(), b.to_dict()), chosen[["encoder", "dataset", "seed", "layer", "val_auroc", "auroc"]]
 
 
-__all__ = ["PROFILE_COLUMNS", "best_depths", "curve", "depth_profiles", "intermediate_wins", "paired_test",
-           "val_choices", "val_selected_ranking"]
+__all__ = ["ALPHA", "PROFILE_COLUMNS", "REFERENCES", "best_depths", "curve", "depth_profiles", "exchangeable_wins", "holm",
+           "intermediate_wins", "paired_test", "val_choices", "val_selected_ranking", "win_counts"]

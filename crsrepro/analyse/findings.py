@@ -28,7 +28,8 @@ from crsrepro.core.schema import is_perturbation
 from crsrepro.core.vocab import CLEAN, LINEAR, MEDICAL_FAMILIES, NO_RECALIBRATION
 from crsrepro.score.crs import ReferenceFrame, aggregate_crs, cell_means, crs_scores
 from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
-from crsrepro.score.stats import as_generator, check_level, rank_agreement, seed_paired_bootstrap
+from crsrepro.score.stats import (as_generator, bootstrap_interval, check_level, interval_table, rank_agreement,
+                                  rank_correlations, seed_paired_bootstrap)
 
 logger = logging.getLogger(__name__)
 
@@ -45,16 +46,23 @@ class InsertionResult:
     Attributes
     ----------
     movements : DataFrame
-        One row per trial, mode and published cell: ``trial, mode, encoder, dataset, movement``
-        (|CRS after insertion - CRS before|).
+        One row per trial, mode, level and published score: ``trial, mode, level, encoder, dataset,
+        movement`` (|CRS after insertion - CRS before|). ``level`` is ``cell`` (one row per panel cell)
+        or ``aggregate`` (one row per panel encoder, its mean CRS over its cells; ``dataset`` empty).
     summary : DataFrame
-        Indexed by mode: ``mean_movement`` and ``max_movement`` over every published cell of every
-        trial (the paper: cohort 0.053 and 0.167, fixed exactly 0), ``panel_size``, ``n_inserted``,
-        ``n_trials``.
+        Indexed by ``level`` and ``mode``: ``mean_movement`` and ``max_movement`` over every published
+        score of every trial (the paper: cohort 0.053 and 0.167, fixed exactly 0; the paper does not
+        say at which level, and the aggregate is the score it ranks by), ``panel_size``,
+        ``n_inserted``, ``n_trials``.
     """
 
     movements: pd.DataFrame
     summary: pd.DataFrame
+
+
+INSERTION_LEVELS = ("cell", "aggregate")
+"""The levels at which the insertion experiment measures movement: each published cell CRS, and each
+published encoder's aggregate (the mean over its cells, :func:`crsrepro.score.crs.aggregate_crs`)."""
 
 
 def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_inserted: int = 3, panel_size: int = 12,
@@ -64,7 +72,9 @@ def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_insert
     Each trial draws a random panel of ``panel_size`` encoders and ``n_inserted`` others. Under
     ``fixed`` the frame is frozen from the panel alone, the panel is scored, then panel + inserted are
     scored against the same frame; under ``cohort`` both scorings re-normalise over the scored set.
-    The movement of a published score is |after - before| per panel cell **[ours: cell level]**.
+    The movement of a published score is |after - before|, measured at both
+    :data:`INSERTION_LEVELS`: per panel cell and per panel encoder's aggregate CRS. The paper does not
+    say which it reports; both are shown **[ours]**.
 
     Parameters
     ----------
@@ -96,13 +106,32 @@ def insertion_experiment(profiles: pd.DataFrame, *, n_trials: int = 30, n_insert
         both = cells[cells["encoder"].isin(chosen[:size + n_inserted])]
         frame = ReferenceFrame.freeze(panel)
         for mode, frm in (("fixed", frame), ("cohort", None)):
-            before = crs_scores(panel, frm, mode=mode).set_index(["encoder", "dataset"])["crs"]
-            after = crs_scores(both, frm, mode=mode).set_index(["encoder", "dataset"])["crs"].reindex(before.index)
-            parts.append((after - before).abs().rename("movement").reset_index().assign(trial=trial, mode=mode))
-    movements = pd.concat(parts, ignore_index=True)[["trial", "mode", "encoder", "dataset", "movement"]]
-    summary = movements.groupby("mode").agg(mean_movement=("movement", "mean"), max_movement=("movement", "max"))
+            before, after = crs_scores(panel, frm, mode=mode), crs_scores(both, frm, mode=mode)
+            for level in INSERTION_LEVELS:
+                b, a = ((s.set_index(["encoder", "dataset"])["crs"] for s in (before, after)) if level == "cell"
+                        else (aggregate_crs(s)["crs"] for s in (before, after)))
+                moved = (a.reindex(b.index) - b).abs().rename("movement").reset_index()
+                parts.append(moved.assign(trial=trial, mode=mode, level=level))
+    movements = pd.concat(parts, ignore_index=True).fillna({"dataset": ""})
+    movements = movements[["trial", "mode", "level", "encoder", "dataset", "movement"]]
+    summary = movements.groupby(["level", "mode"]).agg(mean_movement=("movement", "mean"),
+                                                       max_movement=("movement", "max"))
+    summary = summary.loc[list(INSERTION_LEVELS)]  # cell first, as the paper's table
     return InsertionResult(movements=movements,
                            summary=summary.assign(panel_size=size, n_inserted=n_inserted, n_trials=n_trials))
+
+
+def _encoder_draws(generator: np.random.Generator, n_resamples: int, n_encoders: int) -> np.ndarray:
+    """(n_resamples, n_encoders) indices of encoders drawn with replacement, one draw per row: the
+    resampling unit of the rank correlations across encoders (:func:`external_validity`,
+    :func:`leave_one_dataset_out`)."""
+    return generator.integers(0, n_encoders, size=(n_resamples, n_encoders))
+
+
+def _spearman_replicates(x: np.ndarray, y: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Spearman rho of ``x`` and ``y`` (one value per encoder) on each row of encoder ``draws``; NaN
+    for a draw in which either is constant (e.g. one encoder drawn n times)."""
+    return rank_correlations(x[draws], y[draws])[1]
 
 
 @dataclass(frozen=True)
@@ -115,9 +144,15 @@ class ExternalValidity:
         By encoder: ``crs`` (without the transfer drop), ``source_auroc`` (clean CheXpert AUROC) and
         ``target_auroc`` (MIMIC-CXR AUROC of the CheXpert probe).
     rho_crs : float
-        Spearman rho of ``crs`` with ``target_auroc`` (the paper: 0.529).
+        Spearman rho of ``crs`` with ``target_auroc`` (the paper: 0.529); the plug-in.
     rho_source_auroc : float
-        Spearman rho of ``source_auroc`` with ``target_auroc``: the baseline (the paper: 0.864).
+        Spearman rho of ``source_auroc`` with ``target_auroc``: the baseline (the paper: 0.864); the plug-in.
+    intervals : DataFrame
+        Indexed by ``rho_crs``, ``rho_source_auroc`` and ``rho_difference`` (``rho_crs -
+        rho_source_auroc``): ``estimate, ci_low, ci_high, plug_in``
+        (:func:`crsrepro.score.stats.interval_table`) from the encoder bootstrap of
+        :func:`external_validity`.
+    n_resamples : int
     frame : ReferenceFrame
         The frame frozen from the profiles without the transfer term.
     """
@@ -125,16 +160,28 @@ class ExternalValidity:
     table: pd.DataFrame
     rho_crs: float
     rho_source_auroc: float
+    intervals: pd.DataFrame
+    n_resamples: int
     frame: ReferenceFrame
 
 
 def external_validity(runs: pd.DataFrame, *, source: str = "chexpert", target: str = "mimic_cxr",
-                      crs_level: str = "aggregate") -> ExternalValidity:
+                      crs_level: str = "aggregate", n_resamples: int = 2000, level: float = 0.95,
+                      rng=0) -> ExternalValidity:
     """Does the CRS, computed without the transfer term, predict the transfer AUROC better than AUROC?
 
     The profiles are rebuilt with ``include_transfer=False`` (robustness without the real drop), a
     frame is frozen from them, and their CRS is compared with the ``target`` AUROC of the probes
     trained on ``source`` (Spearman over encoders), against the clean ``source`` AUROC as baseline.
+
+    The intervals of both rhos and of their difference come from a paired bootstrap over
+    **encoders** **[ours: the resampling unit]**: each replicate draws the table's n encoders with
+    replacement, the same draw for both rhos (so the difference is paired), and recomputes both
+    Spearman rhos on the drawn rows; the intervals are :func:`crsrepro.score.stats.bootstrap_interval`.
+    The unit is the encoder because a rank correlation over a panel is uncertain first through which
+    encoders are in the panel; each encoder's CRS and AUROCs are kept at their published seed means
+    (seed noise and test-set noise are left out, and the CRS keeps the peers it was published
+    against).
 
     Parameters
     ----------
@@ -145,9 +192,13 @@ def external_validity(runs: pd.DataFrame, *, source: str = "chexpert", target: s
     crs_level : {"aggregate", "cell"}, default "aggregate" **[ours]**
         The encoder's aggregate CRS over all its cells (the benchmark-level summary the paper ranks
         by), or its CRS on the ``source`` cell alone.
+    n_resamples : int, default 2000 **[ours]**
+    level : float, default 0.95
+    rng : int or numpy Generator, default 0
     """
     if crs_level not in ("aggregate", "cell"):
         raise ValueError(f"crs_level must be 'aggregate' or 'cell', got {crs_level!r}")
+    check_level(level)
     profiles = reliability_profiles(runs, include_transfer=False)
     frame = ReferenceFrame.freeze(profiles, description=f"external validity: robustness without the {target} drop")
     scores = crs_scores(profiles, frame)
@@ -159,33 +210,63 @@ def external_validity(runs: pd.DataFrame, *, source: str = "chexpert", target: s
     table = pd.DataFrame({"crs": crs, "source_auroc": on_source["auroc"],
                           "target_auroc": _seed_means(transfer, ["encoder"])["auroc"]}).dropna()
     table.index.name = "encoder"
-    rho = lambda x: float(sps.spearmanr(table[x], table["target_auroc"]).statistic)  # noqa: E731
-    return ExternalValidity(table=table, rho_crs=rho("crs"), rho_source_auroc=rho("source_auroc"), frame=frame)
+    x = {name: table[column].to_numpy(float) for name, column in (("rho_crs", "crs"),
+                                                                  ("rho_source_auroc", "source_auroc"))}
+    y = table["target_auroc"].to_numpy(float)
+    everyone = np.arange(len(table))[None, :]
+    rho = {name: float(_spearman_replicates(v, y, everyone)[0]) for name, v in x.items()}
+    draws = _encoder_draws(as_generator(rng), n_resamples, len(table))
+    replicates = pd.DataFrame({name: _spearman_replicates(v, y, draws) for name, v in x.items()})
+    replicates["rho_difference"] = replicates["rho_crs"] - replicates["rho_source_auroc"]
+    plug_in = pd.Series(rho | {"rho_difference": rho["rho_crs"] - rho["rho_source_auroc"]})
+    return ExternalValidity(table=table, rho_crs=rho["rho_crs"], rho_source_auroc=rho["rho_source_auroc"],
+                            intervals=interval_table(plug_in, replicates, level), n_resamples=n_resamples,
+                            frame=frame)
 
 
-def leave_one_dataset_out(scores: pd.DataFrame) -> pd.DataFrame:
+def leave_one_dataset_out(scores: pd.DataFrame, *, n_resamples: int = 2000, level: float = 0.95,
+                          rng=0) -> pd.DataFrame:
     """For each dataset d: the mean CRS over the other datasets vs the AUROC on d **[ours]**.
+
+    The interval of each rho comes from the encoder bootstrap of :func:`external_validity` (the
+    encoders with a cell on d drawn with replacement, the cells' CRS and AUROC kept; one draw per
+    held-out dataset from one generator).
 
     Parameters
     ----------
     scores : DataFrame
         The output of :func:`crsrepro.score.crs.crs_scores` (fixed mode: a cell's CRS does not depend on d).
+    n_resamples : int, default 2000 **[ours]**
+    level : float, default 0.95
+    rng : int or numpy Generator, default 0
 
     Returns
     -------
     DataFrame
         Indexed by ``held_out`` dataset: ``n_encoders`` (those with a cell on d and another cell),
-        ``spearman_rho`` (the paper: ISIC 0.550, APTOS 0.709, CheXpert 0.271), ``auroc_champion``
-        (argmax of AUROC on d), ``crs_champion`` (argmax of the other-dataset CRS) and ``recovered``.
+        ``spearman_rho, spearman_rho_ci_low, spearman_rho_ci_high`` and ``spearman_rho_plug_in`` (the
+        paper: ISIC 0.550, APTOS 0.709, CheXpert 0.271; :func:`crsrepro.score.stats.bootstrap_interval`;
+        NaN with fewer than 3 encoders), ``auroc_champion`` (argmax of AUROC on d), ``crs_champion``
+        (argmax of the other-dataset CRS) and ``recovered``.
     """
+    check_level(level)
+    generator = as_generator(rng)
     rows = []
     for held_out in sorted(scores["dataset"].unique()):
         auroc = scores[scores["dataset"] == held_out].set_index("encoder")["auroc"]
         others = scores[scores["dataset"] != held_out].groupby("encoder")["crs"].mean()
         common = auroc.index.intersection(others.index).sort_values()
         auroc, others = auroc[common], others[common]
-        rows.append({"held_out": held_out, "n_encoders": len(common),
-                     "spearman_rho": float(sps.spearmanr(others, auroc).statistic) if len(common) > 2 else np.nan,
+        x, y = others.to_numpy(float), auroc.to_numpy(float)
+        if len(common) > 2:
+            draws = _encoder_draws(generator, n_resamples, len(common))
+            plug_in = float(_spearman_replicates(x, y, np.arange(len(common))[None, :])[0])
+            estimate, low, high = (float(v) for v in bootstrap_interval(plug_in, _spearman_replicates(x, y, draws),
+                                                                        level))
+        else:
+            plug_in = estimate = low = high = np.nan
+        rows.append({"held_out": held_out, "n_encoders": len(common), "spearman_rho": estimate,
+                     "spearman_rho_ci_low": low, "spearman_rho_ci_high": high, "spearman_rho_plug_in": plug_in,
                      "auroc_champion": auroc.idxmax(), "crs_champion": others.idxmax(),
                      "recovered": auroc.idxmax() == others.idxmax()})
     return pd.DataFrame(rows).set_index("held_out")
@@ -558,22 +639,32 @@ def probe_conclusions(runs: pd.DataFrame, *, probes=(LINEAR, "mlp", "knn")) -> p
 
 
 def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *, n_seeds: int = 5,
-                        n_subsets: int = 40, n_resamples: int = 1000, level: float = 0.95, rng=0) -> pd.DataFrame:
-    """How much a seed bootstrap over ``n_seeds`` seeds under-covers (DESIGN.md section 10), from a run with many.
+                        n_subsets: int = 40, n_resamples: int = 1000, level: float = 0.95, rng=0,
+                        cases=None) -> pd.DataFrame:
+    """How much a bootstrap over ``n_seeds`` seeds under-covers (DESIGN.md section 10), from a run with many.
 
     From a run with S > ``n_seeds`` seeds (the ``demo-seeds20`` profile has 20), ``n_subsets`` random
-    subsets of ``n_seeds`` seeds are drawn; on each, the seed-paired bootstrap gives the ``level``
-    interval of every paired aggregate-CRS difference, and we ask whether it contains the difference
-    estimated from all S seeds (the best estimate of the truth this run has). The share that does is
-    the empirical coverage of an ``n_seeds``-seed interval; the nominal is ``level``. (A percentile
-    interval over 5 units sees at most 126 distinct resamples, so it is expected to be too narrow.)
+    subsets of ``n_seeds`` seeds are drawn; on each, the bootstrap gives the ``level`` interval
+    (:func:`crsrepro.score.stats.bootstrap_interval`) of every paired aggregate-CRS difference, and we
+    ask whether it contains the difference estimated from all S seeds (the best estimate this run has
+    of the truth *on its test set*). The share that does is the empirical coverage of an
+    ``n_seeds``-seed interval; the nominal is ``level``.
+
+    - Without ``cases``: the paper's seed-paired bootstrap (:func:`crsrepro.score.stats.seed_paired_bootstrap`).
+      A bootstrap over 5 units sees at most 126 distinct resamples, so it is expected to be too narrow.
+    - With ``cases`` (``{dataset: DatasetCases}`` of all S seeds): the two-level bootstrap over seeds and
+      test cases (:func:`crsrepro.score.stats.crs_bootstrap`). It also covers test-set noise, which the
+      all-seed target leaves out (the same test set), so against this target it should over-cover.
 
     Returns
     -------
     DataFrame
         One row per pair (a, b): ``estimate_all_seeds``, ``coverage``, ``mean_width``; ``attrs`` holds
-        the overall ``coverage``, ``level``, ``n_seeds``, ``n_all_seeds`` and ``n_subsets``.
+        the overall ``coverage``, ``level``, ``n_seeds``, ``n_all_seeds``, ``n_subsets``, ``n_resamples``
+        and ``bootstrap`` (``seeds`` or ``seeds x cases``).
     """
+    from crsrepro.score.stats import crs_bootstrap
+
     seeds = np.sort(per_seed_profiles["seed"].unique())
     if len(seeds) <= n_seeds:
         raise ProfileTableError(f"per-seed profiles: {len(seeds)} seeds; the coverage of a {n_seeds}-seed bootstrap "
@@ -585,9 +676,13 @@ def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, 
     hits = np.zeros(len(pairs))
     widths = np.zeros(len(pairs))
     for _ in range(n_subsets):
-        chosen = generator.choice(seeds, size=n_seeds, replace=False)
-        boot = seed_paired_bootstrap(per_seed_profiles[per_seed_profiles["seed"].isin(chosen)], frame,
-                                     n_resamples=n_resamples, rng=generator)
+        chosen = np.sort(generator.choice(len(seeds), size=n_seeds, replace=False))
+        subset = per_seed_profiles[per_seed_profiles["seed"].isin(seeds[chosen])]
+        if cases is None:
+            boot = seed_paired_bootstrap(subset, frame, n_resamples=n_resamples, rng=generator)
+        else:
+            boot = crs_bootstrap({d: c.take_seeds(chosen) for d, c in cases.items()}, subset, frame,
+                                 n_resamples=n_resamples, rng=generator)
         for k, (a, b) in enumerate(pairs):
             ci = boot.paired_diff_ci(a, b, level)
             hits[k] += ci.ci_low <= full[a] - full[b] <= ci.ci_high
@@ -596,5 +691,6 @@ def seed_count_coverage(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, 
                           "estimate_all_seeds": [full[a] - full[b] for a, b in pairs],
                           "coverage": hits / n_subsets, "mean_width": widths / n_subsets})
     table.attrs = {"coverage": float(hits.sum() / (n_subsets * len(pairs))), "level": level, "n_seeds": n_seeds,
-                   "n_all_seeds": len(seeds), "n_subsets": n_subsets}
+                   "n_all_seeds": len(seeds), "n_subsets": n_subsets, "n_resamples": n_resamples,
+                   "bootstrap": "seeds" if cases is None else "seeds x cases"}
     return table

@@ -178,7 +178,7 @@ class RunAnalysis:
         labels : array
             The test labels (``(N,)`` class ids or ``(N, L)`` with NaN masked), the same for every encoder.
         probs : dict
-            ``{encoder: float16 array (seeds, N, K)}``, seeds in ``profile.seeds`` order.
+            ``{encoder: float64 array (seeds, N, K)}``, seeds in ``profile.seeds`` order.
         """
         from crsrepro.analyse.operating_points import full_label_rowsets
 
@@ -192,31 +192,76 @@ class RunAnalysis:
             probs[encoder] = np.stack([a[case_key("probs", condition, recalibrator)] for a in arrays])
         return labels, probs
 
-    @cached_property
-    def two_level_bootstrap(self) -> dict:
-        """Per dataset, the two-level (seeds x test cases) paired bootstrap of D and C
-        (``bootstrap.n_case_resamples`` replicates; on the GPU when ``probe.device`` is one)."""
+    def dataset_cases(self, dataset: str):
+        """The stored per-case test probabilities that :attr:`crs_bootstrap` resamples on ``dataset``
+        (:class:`crsrepro.score.stats.DatasetCases`): the full-label linear probe on the clean split, on
+        every perturbed condition and on every transfer set that enters robustness, and the probes of the
+        smaller fractions on the clean split; seeds in ``profile.seeds`` order."""
+        from crsrepro.analyse.operating_points import full_label_rowsets
+        from crsrepro.core.schema import fraction_case_key, is_perturbation
         from crsrepro.data import get_dataset_spec
-        from crsrepro.score.stats import two_level_bootstrap
+        from crsrepro.score.dimensions import select_runs
+        from crsrepro.score.stats import DatasetCases
 
-        device = self.profile.probe.device
-        out = {}
-        for dataset in self.profile.datasets:
-            labels, probs = self.case_probabilities(dataset)
-            out[dataset] = two_level_bootstrap(labels, probs, task=get_dataset_spec(dataset).task,
-                                               n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng,
-                                               device=device)
-        return out
+        if "rowset" not in self.results.columns:
+            raise CrsreproError("these results name no row-sets, so they have no stored per-case probabilities")
+        runs = select_runs(self.runs)
+        runs = runs[(runs["dataset"] == dataset) & (runs["label_fraction"] == 1.0)]
+        perturbed = sorted(c for c in runs["condition"].unique() if is_perturbation(c))
+        transfers = sorted(c for c in runs["condition"].unique() if is_transfer(c))
+        fractions = [f for f in self.profile.label_fractions if f < 1.0]
+        store = ResultStore(self.profile.output_path)
+        keys = full_label_rowsets(self, dataset)
+        labels, transfer_labels = None, {}
+        clean, by_condition, by_fraction, by_transfer = {}, {c: {} for c in perturbed}, {f: {} for f in fractions}, \
+            {t: {} for t in transfers}
+        for encoder in sorted(keys.index.get_level_values("encoder").unique()):
+            arrays = [store.read_cases(keys[(encoder, seed)]) for seed in self.profile.seeds]
 
-    def seed_count_coverage(self, n_seeds: int = 5, n_subsets: int = 40):
+            def stack(name):
+                if name not in arrays[0]:
+                    raise CrsreproError(f"{encoder} on {dataset}: the stored cases lack {name!r} (cases written by an "
+                                        f"older version): rerun `crsrepro run --profile {self.profile.name}`")
+                return np.stack([a[name] for a in arrays])
+
+            labels = arrays[0][case_key("labels", CLEAN)]
+            clean[encoder] = stack(case_key("probs", CLEAN, NO_RECALIBRATION))
+            for c in perturbed:
+                by_condition[c][encoder] = stack(case_key("probs", c, NO_RECALIBRATION))
+            for f in fractions:
+                by_fraction[f][encoder] = stack(fraction_case_key(f))
+            for t in transfers:
+                transfer_labels[t] = arrays[0][case_key("labels", t)]
+                by_transfer[t][encoder] = stack(case_key("probs", t, NO_RECALIBRATION))
+        return DatasetCases(task=get_dataset_spec(dataset).task, labels=labels, clean=clean, perturbed=by_condition,
+                            fractions=by_fraction,
+                            transfers={t: (transfer_labels[t], by_transfer[t]) for t in transfers})
+
+    @cached_property
+    def crs_bootstrap(self):
+        """The two-level CRS bootstrap, seeds x test cases in one shared draw (chapter 05's headline;
+        :func:`crsrepro.score.stats.crs_bootstrap`, ``bootstrap.n_case_resamples`` replicates, on the GPU
+        when there is one): P(rank 1), P(top 3), CRS intervals (``summary()``: ``encoder, estimate,
+        ci_low, ci_high``), the leader-minus-runner-up difference and every dimension's interval."""
+        from crsrepro.score.stats import crs_bootstrap
+
+        cases = {dataset: self.dataset_cases(dataset) for dataset in self.profile.datasets}
+        return crs_bootstrap(cases, self.reliability_profiles, self.frame,
+                             n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng)
+
+    def seed_count_coverage(self, n_seeds: int = 5, n_subsets: int = 40, *, two_level: bool = False,
+                            n_resamples: int = 1000):
         """How often an ``n_seeds``-seed bootstrap interval contains this run's all-seed estimate
         (:func:`crsrepro.analyse.findings.seed_count_coverage`; needs a run with many seeds, such as the
-        ``demo-seeds20`` profile). The frame is frozen in memory from this run's own panel."""
+        ``demo-seeds20`` profile): the paper's seed bootstrap, or with ``two_level`` the bootstrap over
+        seeds and test cases. The frame is frozen in memory from this run's own panel."""
         from crsrepro.analyse.findings import seed_count_coverage
         from crsrepro.score.crs import ReferenceFrame
 
+        cases = {d: self.dataset_cases(d) for d in self.profile.datasets} if two_level else None
         return seed_count_coverage(self.reliability_profiles, ReferenceFrame.freeze(self.reliability_profiles),
-                                   n_seeds=n_seeds, n_subsets=n_subsets, rng=self.rng)
+                                   n_seeds=n_seeds, n_subsets=n_subsets, n_resamples=n_resamples, rng=self.rng,
+                                   cases=cases)
 
     # ------------------------------------------------------------------ the paper's analyses
     @cached_property
@@ -230,16 +275,18 @@ class RunAnalysis:
         return insertion_experiment(self.reliability_profiles, panel_size=min(12, n_encoders - 3), rng=self.rng)
 
     def external_validity(self, source: str = "chexpert", target: str = "mimic_cxr"):
-        """CRS without the transfer term vs transfer AUROC, against source AUROC (DESIGN.md section 10)."""
+        """CRS without the transfer term vs transfer AUROC, against source AUROC, with encoder-bootstrap
+        intervals of both rhos and their difference (DESIGN.md section 10)."""
         from crsrepro.analyse.findings import external_validity
 
-        return external_validity(self.runs, source=source, target=target)
+        return external_validity(self.runs, source=source, target=target, rng=self.rng)
 
     @cached_property
     def leave_one_dataset_out(self) -> pd.DataFrame:
+        """Per held-out dataset, the other datasets' CRS vs its AUROC, with encoder-bootstrap intervals."""
         from crsrepro.analyse.findings import leave_one_dataset_out
 
-        return leave_one_dataset_out(self.scores)
+        return leave_one_dataset_out(self.scores, rng=self.rng)
 
     @cached_property
     def control_agreement(self) -> pd.DataFrame:
@@ -306,10 +353,13 @@ class RunAnalysis:
 
     @cached_property
     def lora(self):
-        """Frozen vs LoRA (chapter 07): :func:`crsrepro.analyse.lora.compare`, both scored with the frozen frame."""
-        from crsrepro.analyse.lora import compare, lora_profiles
+        """Frozen vs LoRA (chapter 07): :func:`crsrepro.analyse.lora.compare` of the LoRA profiles and the
+        frozen ones with retention over the same label fractions, each regime ranked among its own peers
+        (the frozen-peer version beside it), with the frame's anchors."""
+        from crsrepro.analyse.lora import compare, frozen_profiles, lora_profiles
 
-        return compare(self.reliability_profiles, lora_profiles(self.lora_results), frame=self.frame)
+        return compare(frozen_profiles(self.runs, self.lora_results), lora_profiles(self.lora_results),
+                       frame=self.frame)
 
     # ------------------------------------------------------------------ the sensitivity chapter
     @cached_property

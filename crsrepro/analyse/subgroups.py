@@ -6,8 +6,7 @@ subgroup, with no refit:
 
 - :func:`subgroup_metrics` is the computation on arrays: per encoder and subgroup, the seed-mean
   macro AUROC and ECE (the D and C of a reliability profile, restricted to the subgroup), their gap
-  to the whole test set, and percentile intervals from :func:`crsrepro.score.stats.two_level_bootstrap`
-  restricted to the subgroup's cases (seeds and cases resampled).
+  to the whole test set, intervals, and how often the subgroup is the encoder's worst (``p_worst``).
 - :func:`subgroup_table` runs it on every dataset of a run, joining the test cases (``image_id|clean``)
   to the subgroup columns of the dataset table (:func:`crsrepro.data.prepare_dataset`).
 - :func:`worst_subgroup` finds each encoder's worst subgroup and asks whether the CRS ranking changes
@@ -27,8 +26,21 @@ both outcomes of (as :func:`crsrepro.core.metrics.macro_auroc` skips the others)
 ``unknown`` form no subgroup. What is skipped is counted in the log and in ``attrs["skipped"]``. The
 AUROC gap compares like with like: the whole test set's AUROC is averaged over the same classes or
 labels as the subgroup's (a small subgroup of ISIC 2019 often lacks a rare class), and ``n_classes``
-says how many. The interval of a gap is the subgroup's interval minus the whole-test-set estimate (the
-whole set is treated as fixed: it is the deployment's reference value).
+says how many.
+
+**Intervals.** A subgroup is part of the whole test set, so both are resampled together: each
+replicate draws the seeds with replacement and the *whole* test set's N cases with replacement (one
+draw shared by every encoder, attribute and subgroup of a dataset), and recomputes from that one
+resample the whole-set metric and every subgroup's metric (the drawn cases that fall in the subgroup,
+each counted as often as it was drawn); the gap is their difference in that replicate. The number of a
+subgroup's cases therefore varies between replicates, as it would between test sets. Every interval is
+:func:`crsrepro.score.stats.bootstrap_interval`: for the AUROC and its gap the percentile interval
+centred on the plug-in (the estimate is the plug-in); for the ECE and its gap the basic interval about
+the median-bias-corrected estimate (the ``plug_in`` beside it), which corrects the upward bias of a
+binned ECE on resampled cases (:data:`INTERVAL_METHODS`). Because every subgroup of a dataset is
+scored on the same replicates, ``p_worst`` says in how many of them a subgroup has its encoder's lowest
+AUROC gap on that dataset: the stability of "the worst subgroup", which the minimum of many noisy gaps
+overstates (a winner's curse).
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from crsrepro.data.common import UNKNOWN, age_group_names
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.schema import case_key
 from crsrepro.core.vocab import CLEAN
-from crsrepro.core.metrics import expected_calibration_error, per_class_auroc
+from crsrepro.core.metrics import expected_calibration_error
 
 logger = logging.getLogger(__name__)
 
@@ -51,12 +63,20 @@ ATTRIBUTES = ("sex", "age_group", "site")
 """The subgroup attributes scored by default (``view`` is another one the chest loaders keep)."""
 MIN_CASES = 30
 """The fewest test cases a subgroup needs to be scored **[ours]**."""
-COLUMNS = ["encoder", "dataset", "attribute", "subgroup", "n_cases", "n_classes", "auroc", "auroc_ci_low", "auroc_ci_high",
-           "ece", "ece_ci_low", "ece_ci_high", "auroc_whole", "ece_whole", "auroc_gap", "auroc_gap_ci_low",
-           "auroc_gap_ci_high", "ece_gap", "ece_gap_ci_low", "ece_gap_ci_high"]
+METRICS = ("auroc", "ece", "auroc_gap", "ece_gap")
+"""The quantities with an interval; each has ``<name>, <name>_ci_low, <name>_ci_high, <name>_plug_in``."""
+INTERVAL_METHODS = {"auroc": "percentile", "ece": "basic", "auroc_gap": "percentile", "ece_gap": "basic"}
+"""The :func:`crsrepro.score.stats.bootstrap_interval` method of each metric: basic for the ECE, which
+resampling inflates; the centred percentile interval otherwise."""
+COLUMNS = ["encoder", "dataset", "attribute", "subgroup", "n_cases", "n_classes",
+           *(f"{m}{suffix}" for m in METRICS[:2] for suffix in ("", "_ci_low", "_ci_high", "_plug_in")),
+           "auroc_whole", "ece_whole",
+           *(f"{m}{suffix}" for m in METRICS[2:] for suffix in ("", "_ci_low", "_ci_high", "_plug_in")), "p_worst"]
 """The columns of a subgroup table: ``n_classes`` classes or labels scored; ``auroc_whole`` the whole
-test set's AUROC over those same classes, ``ece_whole`` its ECE; a gap is subgroup minus whole test set
-(a negative AUROC gap and a positive ECE gap are worse than the whole)."""
+test set's AUROC over those same classes, ``ece_whole`` its ECE (plug-ins); a gap is subgroup minus
+whole test set (a negative AUROC gap and a positive ECE gap are worse than the whole); ``p_worst`` the
+share of replicates in which the subgroup has the lowest AUROC gap of its encoder's subgroups on the
+dataset (the module's **Intervals**)."""
 
 
 def _scored_columns(labels: np.ndarray, n_columns: int, task: str) -> np.ndarray:
@@ -69,8 +89,9 @@ def _scored_columns(labels: np.ndarray, n_columns: int, task: str) -> np.ndarray
 
 
 def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, task: str, n_resamples: int = 1000,
-                     min_cases: int = MIN_CASES, level: float = 0.95, rng=0, device: str = "cpu") -> pd.DataFrame:
-    """AUROC and ECE per encoder and subgroup, with their gap to the whole test set.
+                     min_cases: int = MIN_CASES, level: float = 0.95, rng=0, device: str = "cpu",
+                     n_bins: int = 15) -> pd.DataFrame:
+    """AUROC and ECE per encoder and subgroup, with their gap to the whole test set and intervals.
 
     Parameters
     ----------
@@ -82,13 +103,15 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
         N rows, one column per attribute (e.g. ``sex``), in the order of ``labels``.
     task : {"multiclass", "multilabel"}
     n_resamples : int, default 1000 **[ours]**
-        Replicates of :func:`crsrepro.score.stats.two_level_bootstrap` per subgroup.
+        Replicates of the bootstrap of the module's **Intervals** (seeds x whole test set).
     min_cases : int, default :data:`MIN_CASES`
     level : float, default 0.95
-        The level of the percentile intervals.
-    rng : int, default 0
-        The seed of every subgroup's bootstrap (the same draw for every encoder: paired).
+    rng : int or numpy Generator, default 0
+        Seeds the one draw shared by every encoder and subgroup (paired).
     device : str, default "cpu"
+        A torch device for the case-weighted metrics.
+    n_bins : int, default 15
+        ECE bins (the paper's 15).
 
     Returns
     -------
@@ -96,23 +119,26 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
         One row per encoder and scored subgroup, the :data:`COLUMNS` without ``dataset``;
         ``attrs["skipped"]`` lists ``(attribute, subgroup, n_cases, reason)`` of the subgroups left out.
     """
-    from crsrepro.score.stats import two_level_bootstrap
+    import torch
+
+    from crsrepro.score.stats import (as_generator, bootstrap_interval, check_level, seed_weights, weighted_ece,
+                                      weighted_macro_auroc)
 
     if len(groups) != len(labels):
         raise CrsreproError(f"subgroups: {len(groups)} group rows for {len(labels)} test cases")
+    check_level(level)
     encoders = sorted(probs)
     arrays = {e: np.asarray(probs[e], float) for e in encoders}
-    n_columns = arrays[encoders[0]].shape[2]
-    per_class = {e: np.array([per_class_auroc(labels, p, task=task) for p in arrays[e]]) for e in encoders}
-    ece_whole = {e: float(np.mean([expected_calibration_error(labels, p, task=task) for p in arrays[e]]))
-                 for e in encoders}
-    rows, skipped = [], []
+    n_seeds, n_cases, n_columns = arrays[encoders[0]].shape
+    for e in encoders:
+        expected_calibration_error(labels, arrays[e][0], task=task, n_bins=n_bins)  # validates labels and shapes
+    subgroups, skipped = [], []  # (attribute, subgroup, mask, scored columns)
+    ages = age_group_names()
     for attribute in groups.columns:
         values = groups[attribute].astype(str).to_numpy()
         n_unknown = int(np.sum(values == UNKNOWN))
         if n_unknown:
             skipped.append((attribute, UNKNOWN, n_unknown, "unknown"))
-        ages = age_group_names()
         for subgroup in sorted(set(values) - {UNKNOWN}, key=lambda v: (ages.index(v) if v in ages else len(ages), v)):
             mask = values == subgroup
             n = int(mask.sum())
@@ -121,24 +147,60 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
                       else None if scored.any() else "one outcome only")
             if reason:
                 skipped.append((attribute, subgroup, n, reason))
-                continue
-            boot = two_level_bootstrap(labels[mask], {e: np.asarray(probs[e])[:, mask] for e in encoders}, task=task,
-                                       n_resamples=n_resamples, rng=rng, device=device).summary(level)
-            for e in encoders:
-                b = boot.loc[e]
-                auroc_whole = float(np.mean(np.nanmean(per_class[e][:, scored], axis=1)))  # the same classes
-                rows.append({"encoder": e, "attribute": attribute, "subgroup": subgroup, "n_cases": n,
-                             "n_classes": int(scored.sum()),
-                             **{k: float(b[k]) for k in ("auroc", "auroc_ci_low", "auroc_ci_high",
-                                                         "ece", "ece_ci_low", "ece_ci_high")},
-                             "auroc_whole": auroc_whole, "ece_whole": ece_whole[e],
-                             "auroc_gap": b["auroc"] - auroc_whole, "auroc_gap_ci_low": b["auroc_ci_low"] - auroc_whole,
-                             "auroc_gap_ci_high": b["auroc_ci_high"] - auroc_whole,
-                             "ece_gap": b["ece"] - ece_whole[e], "ece_gap_ci_low": b["ece_ci_low"] - ece_whole[e],
-                             "ece_gap_ci_high": b["ece_ci_high"] - ece_whole[e]})
+            else:
+                subgroups.append((attribute, subgroup, mask, scored))
     for attribute, subgroup, n, reason in skipped:
         logger.info("subgroups: %s=%s (%d cases) not scored: %s", attribute, subgroup, n, reason)
-    out = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "dataset"])
+    out = pd.DataFrame(columns=[c for c in COLUMNS if c != "dataset"])
+    out.attrs["skipped"] = skipped
+    if not subgroups:
+        return out
+    # row 0 weighs every case once (the plug-in), rows 1.. are the replicates: one draw of the seeds and
+    # one of the whole test set, shared by every encoder and subgroup
+    generator = as_generator(rng)
+    seeds = np.vstack([np.full((1, n_seeds), 1 / n_seeds),
+                       seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1 else np.ones((n_resamples, 1))])
+    cases = np.vstack([np.ones((1, n_cases)), seed_weights(generator, n_resamples, n_cases)])
+    dev = torch.device(device)
+    y = torch.as_tensor(np.asarray(labels, float), dtype=torch.float64, device=dev)
+    y_ece, y_auroc = ((y.long(), torch.nn.functional.one_hot(y.long(), n_columns).double()) if task == "multiclass"
+                      else (y, y))
+    w_cases = torch.as_tensor(cases, dtype=torch.float64, device=dev)
+    masks = torch.as_tensor(np.stack([m for _, _, m, _ in subgroups]), dtype=torch.float64, device=dev)
+    values = {m: np.empty((len(encoders), len(subgroups), n_resamples + 1)) for m in ("auroc", "ece", "auroc_whole",
+                                                                                      "ece_whole")}
+    for j, e in enumerate(encoders):
+        per_seed = {m: np.empty((n_seeds, len(subgroups), n_resamples + 1)) for m in values}
+        for s in range(n_seeds):
+            prob = torch.as_tensor(arrays[e][s], dtype=torch.float64, device=dev)
+            ece_whole = weighted_ece(y_ece, prob, w_cases, task=task, n_bins=n_bins).cpu().numpy()
+            for g, (_, _, _, scored) in enumerate(subgroups):
+                columns = torch.as_tensor(np.flatnonzero(scored), device=dev)
+                y_g, p_g, w_g = y_auroc[:, columns], prob[:, columns], w_cases * masks[g]
+                per_seed["auroc"][s, g] = weighted_macro_auroc(y_g, p_g, w_g).cpu().numpy()
+                per_seed["auroc_whole"][s, g] = weighted_macro_auroc(y_g, p_g, w_cases).cpu().numpy()
+                per_seed["ece"][s, g] = weighted_ece(y_ece, prob, w_g, task=task, n_bins=n_bins).cpu().numpy()
+                per_seed["ece_whole"][s, g] = ece_whole
+        for m in values:  # the mean over the drawn seeds, with their multiplicities (as D and C are seed means)
+            values[m][j] = np.einsum("bs,sgb->gb", seeds, per_seed[m])
+    values["auroc_gap"] = values["auroc"] - values["auroc_whole"]
+    values["ece_gap"] = values["ece"] - values["ece_whole"]
+    gaps = np.where(np.isnan(values["auroc_gap"][..., 1:]), np.inf, values["auroc_gap"][..., 1:])
+    p_worst = np.zeros((len(encoders), len(subgroups)))  # the share of replicates whose lowest gap is this subgroup
+    np.add.at(p_worst, (np.repeat(np.arange(len(encoders)), n_resamples), gaps.argmin(1).ravel()), 1 / n_resamples)
+    rows = {"encoder": np.repeat(encoders, len(subgroups)),
+            "attribute": [a for a, _, _, _ in subgroups] * len(encoders),
+            "subgroup": [g for _, g, _, _ in subgroups] * len(encoders),
+            "n_cases": [int(m.sum()) for _, _, m, _ in subgroups] * len(encoders),
+            "n_classes": [int(c.sum()) for _, _, _, c in subgroups] * len(encoders),
+            "auroc_whole": values["auroc_whole"][..., 0].ravel(), "ece_whole": values["ece_whole"][..., 0].ravel(),
+            "p_worst": p_worst.ravel()}
+    for m in METRICS:
+        plug_in = values[m][..., 0].ravel()
+        estimate, low, high = bootstrap_interval(plug_in, values[m][..., 1:].reshape(len(plug_in), -1).T, level,
+                                                 method=INTERVAL_METHODS[m])
+        rows |= {m: estimate, f"{m}_ci_low": low, f"{m}_ci_high": high, f"{m}_plug_in": plug_in}
+    out = pd.DataFrame(rows)[[c for c in COLUMNS if c != "dataset"]]
     out.attrs["skipped"] = skipped
     return out
 
@@ -220,11 +282,13 @@ class WorstSubgroups:
     ----------
     cells : DataFrame
         Per (encoder, dataset): the subgroup with the lowest AUROC gap (``attribute, subgroup``) and its
-        row of the subgroup table.
+        row of the subgroup table, whose ``p_worst`` says how often it is the lowest across replicates.
     per_encoder : DataFrame
-        Indexed by encoder: the largest AUROC drop (``auroc_gap``, most negative, and where:
-        ``auroc_dataset, auroc_attribute, auroc_subgroup``) and the largest ECE rise (``ece_gap`` and
-        ``ece_dataset, ece_attribute, ece_subgroup``) over all its scored subgroups.
+        Indexed by encoder: the largest AUROC drop (``auroc_gap`` with ``auroc_gap_ci_low,
+        auroc_gap_ci_high, auroc_gap_plug_in``, most negative by its plug-in; ``auroc_p_worst``, that
+        subgroup's ``p_worst`` on its dataset; and where: ``auroc_dataset, auroc_attribute,
+        auroc_subgroup``) and the largest ECE rise (``ece_gap, ece_gap_ci_low, ece_gap_ci_high,
+        ece_gap_plug_in`` and ``ece_dataset, ece_attribute, ece_subgroup``) over all its scored subgroups.
     aggregate : DataFrame
         :func:`crsrepro.score.crs.aggregate_crs` of the cells scored on their worst subgroup.
     agreement : crsrepro.score.stats.RankAgreement
@@ -248,8 +312,9 @@ class WorstSubgroups:
 def worst_subgroup(analysis, table: pd.DataFrame | None = None, **options) -> WorstSubgroups:
     """Each encoder's worst subgroup, and whether the CRS ranking changes when scored on it.
 
-    For each cell (encoder, dataset), the worst subgroup is the one with the lowest AUROC gap; its D
-    (AUROC) and C (ECE) replace the cell's, its L (retention) and R (robustness) are kept, and the
+    For each cell (encoder, dataset), the worst subgroup is the one with the lowest AUROC gap (plug-in;
+    its ``p_worst`` says how often it stays the lowest across replicates); its D (AUROC) and C (ECE),
+    plug-ins like the cell's, replace the cell's, its L (retention) and R (robustness) are kept, and the
     cells are scored with the frozen frame (:func:`crsrepro.score.crs.crs_scores`). The rankings of the
     aggregate CRS before and after are compared with :func:`crsrepro.score.stats.rank_agreement`.
 
@@ -265,15 +330,17 @@ def worst_subgroup(analysis, table: pd.DataFrame | None = None, **options) -> Wo
     table = subgroup_table(analysis, **options) if table is None else table
     if table.empty:
         raise CrsreproError("worst_subgroup: no subgroup was scored (see the log for the ones skipped)")
-    cells = table.loc[table.groupby(["encoder", "dataset"])["auroc_gap"].idxmin()].reset_index(drop=True)
-    auroc_worst = table.loc[table.groupby("encoder")["auroc_gap"].idxmin()].set_index("encoder")
-    ece_worst = table.loc[table.groupby("encoder")["ece_gap"].idxmax()].set_index("encoder")
-    per_encoder = pd.concat([auroc_worst[["auroc_gap", "dataset", "attribute", "subgroup"]].add_prefix("auroc_")
-                             .rename(columns={"auroc_auroc_gap": "auroc_gap"}),
-                             ece_worst[["ece_gap", "dataset", "attribute", "subgroup"]].add_prefix("ece_")
-                             .rename(columns={"ece_ece_gap": "ece_gap"})], axis=1)
+    table = table.reset_index(drop=True)  # the worst by plug-in, as p_worst counts the replicates' argmin
+    cells = table.loc[table.groupby(["encoder", "dataset"])["auroc_gap_plug_in"].idxmin()].reset_index(drop=True)
+    auroc_worst = table.loc[table.groupby("encoder")["auroc_gap_plug_in"].idxmin()].set_index("encoder")
+    ece_worst = table.loc[table.groupby("encoder")["ece_gap_plug_in"].idxmax()].set_index("encoder")
+    interval = lambda m: [m, f"{m}_ci_low", f"{m}_ci_high", f"{m}_plug_in"]  # noqa: E731
+    where = ["dataset", "attribute", "subgroup"]
+    per_encoder = pd.concat([auroc_worst[interval("auroc_gap")],
+                             auroc_worst[["p_worst", *where]].add_prefix("auroc_"),
+                             ece_worst[interval("ece_gap")], ece_worst[where].add_prefix("ece_")], axis=1)
     profiles = analysis.cell_means.copy()
-    worst = cells.set_index(["encoder", "dataset"])[["auroc", "ece"]]
+    worst = cells.set_index(["encoder", "dataset"])[["auroc_plug_in", "ece_plug_in"]]  # like the cells' D and C
     key = pd.MultiIndex.from_frame(profiles[["encoder", "dataset"]])
     found = key.isin(worst.index)
     profiles.loc[found, ["auroc", "ece"]] = worst.loc[key[found]].to_numpy()

@@ -9,7 +9,9 @@ records the commit with :func:`git_hash`. Keeping them in one module means one d
 - :func:`sha256_file` hashes a file's bytes in blocks;
 - :func:`atomic_write` writes to a temporary file in the same folder, flushes and fsyncs it, and renames
   it over the target (``os.replace``), removing the temporary file on any failure: a reader sees the
-  old file or the new one, never half of one;
+  old file or the new one, never half of one. The file gets the mode any program's new file gets
+  (0666 less the process umask: 0644 under umask 022), not ``mkstemp``'s private 0600, so a shared
+  ``CRSREPRO_HOME`` is readable by the group; an OS error names the file it failed on;
 - :func:`git_hash` is ``<12 hex digits>`` of the checkout's HEAD, ``+dirty`` when tracked files are
   modified, or ``unknown`` outside a checkout.
 """
@@ -78,6 +80,7 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~process_umask())
         with os.fdopen(fd, "wb") as f:
             if callable(data):
                 data(f)
@@ -86,11 +89,25 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:  # a full disk names no file
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     return path
+
+
+def process_umask() -> int:
+    """The process umask, read without changing it where Linux shows it (``/proc/self/status``), else
+    by setting and restoring it."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_parquet(df: pd.DataFrame, path: str | os.PathLike) -> Path:

@@ -356,7 +356,7 @@ def _check_fraction_curve(auroc_by_fraction):
     fractions = np.array(sorted(float(f) for f in auroc_by_fraction), dtype=float)
     if fractions[0] <= 0 or fractions[-1] > 1:
         raise ValueError(f"label fractions must lie in (0, 1], got {fractions.tolist()}")
-    values = np.array([float(auroc_by_fraction[f]) for f in sorted(auroc_by_fraction, key=float)])
+    values = np.array([np.asarray(auroc_by_fraction[f], dtype=float) for f in sorted(auroc_by_fraction, key=float)])
     if not np.all(np.isfinite(values)):
         raise ValueError("auroc_by_fraction holds a NaN or infinite AUROC")
     return fractions, values
@@ -370,12 +370,13 @@ def label_efficiency_retention(auroc_by_fraction):
 
     Parameters
     ----------
-    auroc_by_fraction : dict[float, float]
-        AUROC per label fraction; must contain 1.0 and at least one other fraction.
+    auroc_by_fraction : dict[float, float or array]
+        AUROC per label fraction; must contain 1.0 and at least one other fraction. Arrays of one
+        shape (bootstrap replicates, say) give one retention per entry.
 
     Returns
     -------
-    float
+    float, or an array of the values' shape
 
     Examples
     --------
@@ -385,9 +386,10 @@ def label_efficiency_retention(auroc_by_fraction):
     fractions, values = _check_fraction_curve(auroc_by_fraction)
     if not np.isclose(fractions[-1], 1.0):
         raise ValueError(f"auroc_by_fraction needs the full-label fraction 1.0, got {fractions.tolist()}")
-    if values[-1] <= 0:
+    if np.any(values[-1] <= 0):
         raise ValueError("the full-label AUROC must be positive")
-    return float(np.mean(values[:-1] / values[-1]))
+    retention = np.mean(values[:-1] / values[-1], axis=0)
+    return float(retention) if retention.ndim == 0 else retention
 
 
 def aulc(auroc_by_fraction):
@@ -424,12 +426,12 @@ def robustness_raw(drops):
 
     Parameters
     ----------
-    drops : array-like of shape (n,)
-        AUROC drops, at least one.
+    drops : array-like of shape (..., n)
+        AUROC drops, at least one, on the last axis (leading axes: bootstrap replicates, say).
 
     Returns
     -------
-    float
+    float, or an array of the leading axes' shape
 
     Examples
     --------
@@ -437,8 +439,9 @@ def robustness_raw(drops):
     0.93
     """
     drops = np.asarray(drops, dtype=float)
-    if drops.ndim != 1 or drops.size == 0:
-        raise ValueError(f"drops must be a non-empty 1-d array, got shape {drops.shape}")
+    if drops.ndim == 0 or drops.shape[-1] == 0:
+        raise ValueError(f"drops must hold at least one drop on its last axis, got shape {drops.shape}")
     if not np.all(np.isfinite(drops)):
         raise ValueError("drops contains NaN or infinite values")
-    return float(1 - (drops.mean() + drops.max()) / 2)
+    robustness = 1 - (drops.mean(axis=-1) + drops.max(axis=-1)) / 2
+    return float(robustness) if robustness.ndim == 0 else robustness

@@ -140,9 +140,11 @@ def _split(condition: str) -> tuple[str, int]:
     return (name, int(level)) if sep else (name, 0)
 
 
-#: The sets of the per-case arrays: the test split (``clean``, which every perturbed condition
-#: degrades), the seed's ``val`` split, and each transfer set.
-CASE_KINDS = ("probs", "labels", "image_id")
+#: The kinds of per-case arrays: ``probs`` per test condition and recalibrator of the full-label probe,
+#: ``fraction`` the clean test probabilities of the probe fitted on a smaller label fraction, and
+#: ``labels`` and ``image_id`` per set (the test split ``clean``, which every perturbed condition
+#: degrades, the seed's ``val`` split, and each transfer set).
+CASE_KINDS = ("probs", "fraction", "labels", "image_id")
 
 
 def case_key(kind: str, case_set: str, recalibrator: str | None = None) -> str:
@@ -161,6 +163,15 @@ def case_key(kind: str, case_set: str, recalibrator: str | None = None) -> str:
     if recalibrator is not None:
         raise ValueError(f"{kind} arrays are per set, not per recalibrator")
     return f"{kind}|{case_set}"
+
+
+def fraction_case_key(fraction: float) -> str:
+    """The key of the clean test probabilities of the probe fitted on label ``fraction`` (< 1).
+
+    >>> fraction_case_key(0.05)
+    'fraction|0.05'
+    """
+    return case_key("fraction", format(float(fraction), "g"))
 
 
 def parse_case_key(key: str) -> tuple[str, str, str | None]:

@@ -1,4 +1,5 @@
-"""Helpers shared by the dataset loaders: csv reading, column checks, label parsing, path checks.
+"""Helpers shared by the dataset loaders: csv reading, column checks, label parsing, path checks,
+image sizes.
 
 Every check raises :class:`~crsrepro.core.errors.DataError` with the file and the csv line (the header is
 line 1) so that a user can open the file and fix it (DESIGN.md section 3, "Bad input").
@@ -13,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from PIL import Image, UnidentifiedImageError
+
 from crsrepro.core.errors import DataError
 from crsrepro.core.io import sha256_file
 from crsrepro.core.vocab import IMAGE_POLICIES, U_POLICIES
@@ -26,6 +29,11 @@ CHEXPERT_LABELS = [
     "Edema", "Consolidation", "Pneumonia", "Atelectasis", "Pneumothorax", "Pleural Effusion",
     "Pleural Other", "Fracture", "Support Devices",
 ]
+MIN_IMAGE_SIDE = 32
+"""An image whose shorter side is below this many pixels is logged as too small by the loaders
+(:func:`log_small_images`) and flagged by ``crsrepro quality-check`` **[ours]**: the encoders see
+224 px or more, so such an image (a thumbnail, a 1x1 placeholder) is blown up many times and holds
+no detail at that scale. It is still read: a warning, not an error."""
 
 
 def require_file(path: Path, what: str) -> Path:
@@ -114,11 +122,36 @@ def select_images(paths: pd.Series, *, csv_path: Path, images: str = "all", rows
         check_rows(exists, csv_path, rows=rows, describe=lambda i: (
             f"image file {paths.iloc[i]} does not exist ({int((~exists).sum())} of {len(paths)} listed images "
             f"are missing); images='present-only' reads the ones that exist"))
-        return exists
-    log_filtered(csv_path, int((~exists).sum()), len(paths), "listed images whose file is absent (images='present-only')")
-    if not exists.any():
-        raise DataError(f"{csv_path}: none of its {len(paths)} listed image files exists")
+    else:
+        log_filtered(csv_path, int((~exists).sum()), len(paths),
+                     "listed images whose file is absent (images='present-only')")
+        if not exists.any():
+            raise DataError(f"{csv_path}: none of its {len(paths)} listed image files exists")
+    log_small_images(paths[exists], what=csv_path)
     return exists
+
+
+def log_small_images(paths, *, what, min_side: int = MIN_IMAGE_SIDE, n_named: int = 5) -> int:
+    """Log a warning naming the images of ``paths`` whose shorter side is below ``min_side`` pixels
+    (:data:`MIN_IMAGE_SIDE`); returns how many there are.
+
+    Only each file's header is read (its size). A file whose header cannot be read is left to
+    :func:`crsrepro.data.read_image`, which names it when the image is decoded.
+    """
+    small = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                side = min(image.size)
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+            continue
+        if side < min_side:
+            small.append(f"{path} ({side} px)")
+    if small:
+        logger.warning("%s: %d of %d images have a side shorter than %d px (MIN_IMAGE_SIDE), e.g. %s; they are "
+                       "read, but hold no detail at the encoders' scale", what, len(small), len(paths), min_side,
+                       ", ".join(small[:n_named]))
+    return len(small)
 
 
 def drop_byte_duplicates(df: pd.DataFrame, *, what: str) -> pd.DataFrame:

@@ -48,8 +48,9 @@ over-confident on test, which is what post-hoc recalibration repairs (DESIGN.md 
 Sizes come from the profile (``demo_world.n_images``: the number of **frontal** images for the CXR sets).
 At tiny sizes (the ``smoke`` profile) rare classes and labels are raised to at least
 :data:`MIN_PER_CLASS` examples [ours], so that every class or label reaches every split.
-Generation is deterministic (each image has its own seed, JPEG/PNG encoding is fixed) and skipped
-when the completion marker ``<root>/.demo_world.json`` holds the same parameters.
+Generation is deterministic (each image has its own seed, JPEG/PNG encoding is fixed), skipped
+when the completion marker ``<root>/.demo_world.json`` holds the same parameters, and done by one
+process at a time (:func:`generate_demo_world`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import io
 import json
 import logging
 import shutil
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -68,13 +70,15 @@ from PIL import Image
 from scipy.ndimage import gaussian_filter
 from tqdm import tqdm
 
+from crsrepro.core.io import atomic_write
 from crsrepro.data.common import CHEXPERT_LABELS
 
 logger = logging.getLogger(__name__)
 
 DEMO_WORLD_VERSION = 3  # bump when the generator changes what it writes
 MARKER = ".demo_world.json"
-PARTIAL = ".demo_world.partial"
+PARTIAL = ".demo_world.writing"  # the folder a generation writes into, then moves from
+LOCK = ".demo_world.lock"  # held while one process generates
 DATASET_CODES = {"isic2019": 1, "aptos2019": 2, "chexpert": 3, "mimic_cxr": 4}
 PRETRAIN_STREAM = 7  # sample_images draws from a stream the written world never uses
 MIN_PER_CLASS = 10  # [ours] floor on each class/label's count at tiny sizes (smoke)
@@ -714,29 +718,58 @@ def generate_demo_world(root, *, n_images: dict, image_size: int, seed: int, pro
     Notes
     -----
     Skipped when ``<root>/.demo_world.json`` records the same parameters and generator version; a
-    world with other parameters (or an interrupted one) is deleted and rewritten.
+    world with other parameters (or an interrupted one) is replaced. Safe under concurrency (issue 26):
+    one process at a time generates, holding the lock ``<root>/.demo_world.lock`` (another waits,
+    saying so, then finds the world written); the datasets are written into ``<root>/.demo_world.writing/``
+    and moved into place, and the marker is written last, atomically, so a killed generation leaves no
+    world that looks complete.
     """
     root = Path(root)
     unknown = set(n_images) - set(_WRITERS)
     if unknown:
         raise ValueError(f"n_images names unknown datasets {sorted(unknown)} (known: {', '.join(_WRITERS)})")
     params = world_params(n_images=n_images, image_size=image_size, seed=seed)
-    marker = root / MARKER
-    if marker.is_file() and json.loads(marker.read_text()) == params:
+    if _is_written(root, params):
         logger.info("demo world at %s is up to date", root)
         return
-    if marker.is_file() or (root / PARTIAL).is_file():
+    root.mkdir(parents=True, exist_ok=True)
+    with _generator_lock(root):
+        if _is_written(root, params):  # another process wrote it while this one waited
+            logger.info("demo world at %s is up to date", root)
+            return
+        partial = root / PARTIAL
+        shutil.rmtree(partial, ignore_errors=True)  # left by a killed generation
+        for name, n in params["n_images"].items():
+            (partial / name).mkdir(parents=True)
+            _WRITERS[name](partial / name, n, image_size, seed, progress)
+        (root / MARKER).unlink(missing_ok=True)
         for name in _WRITERS:
             shutil.rmtree(root / name, ignore_errors=True)
-        marker.unlink(missing_ok=True)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / PARTIAL).write_text(json.dumps(params))
-    for name, n in params["n_images"].items():
-        (root / name).mkdir(parents=True, exist_ok=True)
-        _WRITERS[name](root / name, n, image_size, seed, progress)
-    marker.write_text(json.dumps(params, indent=1, sort_keys=True))
-    (root / PARTIAL).unlink()
+        for name in params["n_images"]:
+            (partial / name).rename(root / name)
+        partial.rmdir()
+        atomic_write(root / MARKER, json.dumps(params, indent=1, sort_keys=True).encode())
     logger.info("wrote the demo world to %s: %s", root, params["n_images"])
+
+
+def _is_written(root: Path, params: dict) -> bool:
+    """Whether ``root`` holds a complete demo world of ``params`` (its marker, written last, says so)."""
+    marker = root / MARKER
+    return marker.is_file() and json.loads(marker.read_text()) == params
+
+
+@contextmanager
+def _generator_lock(root: Path):
+    """Hold ``<root>/.demo_world.lock`` (an exclusive ``flock``, released when the process dies)."""
+    import fcntl
+
+    with open(root / LOCK, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("another process is writing the demo world at %s; waiting for it", root)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def ensure_demo_world(profile, *, progress: bool = True) -> Path | None:

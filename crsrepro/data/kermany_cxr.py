@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from crsrepro.data.common import drop_byte_duplicates, log_filtered
+from crsrepro.data.common import drop_byte_duplicates, log_filtered, log_small_images
 from crsrepro.core.errors import DataError
 
 LABEL_NAMES = ["NORMAL", "BACTERIA", "VIRUS"]
@@ -89,6 +89,7 @@ def load(root: Path, *, u_policy: str = "ignore", images: str = "all", n_classes
     if df.empty:
         raise DataError(f"{release}: no images in {', '.join(REQUIRED_SPLITS)}")
     df = drop_byte_duplicates(df, what=f"{release} (Kermany)")
+    log_small_images(df["path"], what=f"{release} (Kermany)")
     if n_classes == 2:
         df["label"] = np.minimum(df["label"], 1)
     df.attrs["label_names"] = list(LABEL_NAMES if n_classes == 3 else LABEL_NAMES_TWO)

@@ -107,9 +107,16 @@ def build_panderm(spec: EncoderSpec, *, weights=None, device="cpu"):
     ``use_mean_pooling=False``) returns ``norm(x)[:, 0]``, the normed CLS token, so the timm BEiT is
     built with ``global_pool='token'``: a ``norm`` LayerNorm (the checkpoint's ``norm.*``) and no
     ``fc_norm``. Layer scale, q/v biases and the absolute position embedding have timm's key names.
+
+    Every block's attention is set to ``qkv_bias_separate`` (timm BEiT: ``self.qkv(x) + bias`` instead of
+    ``F.linear(x, self.qkv.weight, bias)``, the same output up to float rounding), so that the ``qkv``
+    module is called and a LoRA adapter on it trains (:mod:`crsrepro.encoders.lora_targets`).
     """
-    return _timm_checkpoint(spec, weights, device, wrapper_key=None, prefix="encoder.",
-                            model_args=PANDERM_MODEL_ARGS)
+    encoder = _timm_checkpoint(spec, weights, device, wrapper_key=None, prefix="encoder.",
+                               model_args=PANDERM_MODEL_ARGS)
+    for block in encoder.model.blocks:
+        block.attn.qkv_bias_separate = True
+    return encoder
 
 
 def build_biovil(spec: EncoderSpec, *, weights=None, device="cpu"):

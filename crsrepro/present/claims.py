@@ -45,7 +45,7 @@ import yaml
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import PACKAGE_ROOT, atomic_write, content_key, folder_digest, manifest_dir, package_digest
-from crsrepro.present.measurements import measure, multiverse_shares
+from crsrepro.present.measurements import TWO_LEVEL_PREFIX, measure, multiverse_shares
 
 CLAIMS_PATH = PACKAGE_ROOT.parent / "data_manifests" / "claims.yaml"
 """The claims file of the checkout (the package is installed editable from it)."""
@@ -58,6 +58,10 @@ KINDS = ("auroc", "ece", "tau", "rho", "r", "probability", "p_value", "count", "
 STATUSES = ("measured", "paper profile only", "not comparable", "not measured")
 SEED_BOOTSTRAP_MEASURES = ("p_rank1", "p_top3", "crs_diff_ci", "n_p_top3_zero")
 """Measurements that the seed-paired bootstrap produces: comparable only when seeds vary D, C and R."""
+NULL_MEASURES = {"depth_intermediate_wins": ("depth_intermediate_wins_null", "depth_intermediate_wins_p")}
+"""Counts that chance alone makes large, with the measurements of their null reference: the count
+exchangeable taps would give on this run's pairs and the one-sided p of this run's count
+(:func:`crsrepro.analyse.depth.win_counts`); their claims' notes quote it."""
 _ID = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 
 
@@ -182,9 +186,25 @@ def format_value(value) -> str:
     return f"{int(value):,}" if value.is_integer() else f"{value:.4g}"
 
 
+def _null_note(name, measured: dict) -> list[str]:
+    """The note of a count with a null reference (:data:`NULL_MEASURES`) that this run measured."""
+    if name not in NULL_MEASURES or measured.get(name) is None:
+        return []
+    expected, p = (measured.get(key) for key in NULL_MEASURES[name])
+    return [f"exchangeable taps would give {format_value(expected)} on this run's pairs "
+            f"(one-sided p = {format_value(p)} for this run's {format_value(measured[name])})"]
+
+
+def _two_level_note(name, measured: dict) -> list[str]:
+    """The note quoting the two-level bootstrap's value of a seed-bootstrap measure, when measured."""
+    value = measured.get(TWO_LEVEL_PREFIX + name) if name else None
+    return [] if value is None else [f"seeds x test cases: {format_value(value)}"]
+
+
 def _status(claim, measured: dict, paper_scope: bool) -> tuple[str, object, str]:
     """(status, this run's value or None, note) of one claim; see :func:`claims_table`."""
-    note = [claim.note] if claim.note else []
+    compared = claim.analogue if claim.scope == "paper" and not paper_scope else claim.measure
+    note = ([claim.note] if claim.note else []) + _null_note(compared, measured) + _two_level_note(compared, measured)
     if claim.scope == "paper" and not paper_scope:
         value = measured.get(claim.analogue) if claim.analogue else None
         if value is not None:

@@ -55,8 +55,9 @@ def _worked_examples() -> dict:
 
 
 def _protocol_measures() -> dict:
-    """What the paper's protocol fixes, read from the paper profile (its grid and its ``lora`` plan), the
-    run grid and the library's defaults."""
+    """What the paper's protocol fixes, read from the paper profile (its grid), the run grid and the
+    library's defaults (LoRA's rank and alpha; the epochs and seeds LoRA trained are measured from its
+    results, :func:`_lora_trained_measures`)."""
     from crsrepro.core.metrics import expected_calibration_error
     from crsrepro.data import DATASETS
     from crsrepro.fit.controls import KNNProbe
@@ -82,7 +83,6 @@ def _protocol_measures() -> dict:
         "knn_k": inspect.signature(KNNProbe).parameters["k"].default,
         "ece_bins": inspect.signature(expected_calibration_error).parameters["n_bins"].default,
         "lora_rank": LoraParams().rank, "lora_alpha": LoraParams().alpha,
-        "lora_epochs": paper.lora.epochs, "lora_seeds": paper.lora.n_seeds,
         **{f"crs_weight:{component}": weight for component, weight in DEFAULT_WEIGHTS.items()},
         **{f"n_labels:{name}": len(spec.label_names) for name, spec in DATASETS.items()},
         **_worked_examples(),
@@ -129,10 +129,23 @@ def _ranking_measures(a: RunAnalysis) -> dict:
 
 def _bootstrap_measures(a: RunAnalysis) -> dict:
     """The seed-paired bootstrap: P(rank 1), P(top 3) and paired CRS intervals (05_crs_bootstrap)."""
-    boot = a.bootstrap
-    order = a.aggregate.index
-    out = {"has_seed_variance": float(a.has_seed_variance)}
-    out |= {f"p_rank1:{e}": p for e, p in boot.p_rank1.items()} | {f"p_top3:{e}": p for e, p in boot.p_top3.items()}
+    return {"has_seed_variance": float(a.has_seed_variance)} | _rank_measures(a.bootstrap, a.aggregate.index)
+
+
+#: The paper's bootstrap draws only the seeds; beside each of its measures the claims page quotes the same
+#: quantity from the bootstrap over seeds and test cases (:attr:`RunAnalysis.crs_bootstrap`), named with
+#: this prefix (``two_level_p_rank1:<encoder>`` ...).
+TWO_LEVEL_PREFIX = "two_level_"
+
+
+def _two_level_measures(a: RunAnalysis) -> dict:
+    """The same measures from the bootstrap over seeds and test cases, named with :data:`TWO_LEVEL_PREFIX`."""
+    return {TWO_LEVEL_PREFIX + k: v for k, v in _rank_measures(a.crs_bootstrap, a.aggregate.index).items()}
+
+
+def _rank_measures(boot, order) -> dict:
+    """P(rank 1), P(top 3) and paired CRS intervals of a CRS bootstrap; ``order`` is the published ranking."""
+    out = {f"p_rank1:{e}": p for e, p in boot.p_rank1.items()} | {f"p_top3:{e}": p for e, p in boot.p_top3.items()}
     out |= {f"p_rank1:rank{i}": boot.p_rank1[e] for i, e in enumerate(order[:3], start=1)}
     out |= {f"p_top3:rank{i}": boot.p_top3[e] for i, e in enumerate(order[:3], start=1)}
     out |= {"p_rank1_sum": boot.p_rank1.sum(), "p_top3_sum": boot.p_top3.sum(),
@@ -146,24 +159,28 @@ def _bootstrap_measures(a: RunAnalysis) -> dict:
 
 
 def _insertion_measures(a: RunAnalysis) -> dict:
-    """The insertion experiment: movement of published scores, cohort vs fixed anchors (05_crs_bootstrap)."""
+    """The insertion experiment: movement of published scores, cohort vs fixed anchors (05_crs_bootstrap),
+    per cell (``insertion_movement_*``) and per encoder's aggregate (``insertion_aggregate_movement_*``)."""
     summary = a.insertion.summary
-    out = {f"insertion_movement_{stat}:{mode}": summary.loc[mode, f"{stat}_movement"]
-           for mode in summary.index for stat in ("mean", "max")}
+    out = {}
+    for (level, mode), row in summary.iterrows():
+        name = "insertion_movement" if level == "cell" else f"insertion_{level}_movement"
+        out |= {f"{name}_{stat}:{mode}": row[f"{stat}_movement"] for stat in ("mean", "max")}
     return out | {"insertion_n_trials": summary["n_trials"].iloc[0],
                   "insertion_n_inserted": summary["n_inserted"].iloc[0],
                   "insertion_panel_size": summary["panel_size"].iloc[0]}
 
 
 def _validity_measures(a: RunAnalysis) -> dict:
-    """External validity on the transfer set and leave-one-dataset-out (05_crs_bootstrap)."""
+    """External validity on the transfer set and leave-one-dataset-out (05_crs_bootstrap): the plug-in rhos,
+    the paper's statistics (their intervals are in the chapter's tables)."""
     out = {}
     for source, target in _robustness_transfers(a):
         validity = a.external_validity(source, target)
         out |= {"external_validity_rho:crs": validity.rho_crs, "external_validity_rho:auroc": validity.rho_source_auroc}
     if a.scores["dataset"].nunique() >= 2:
         lodo = a.leave_one_dataset_out
-        out |= {f"lodo_rho:{dataset}": rho for dataset, rho in lodo["spearman_rho"].items()}
+        out |= {f"lodo_rho:{dataset}": rho for dataset, rho in lodo["spearman_rho_plug_in"].items()}
         out["lodo_champions_recovered"] = int(lodo["recovered"].sum())
     return out
 
@@ -241,24 +258,34 @@ def _label_efficiency_measures(a: RunAnalysis) -> dict:
 
 
 def _depth_measures(a: RunAnalysis) -> dict:
-    """The layer-depth sweep (06_layer_depth): how often an intermediate layer wins, and per encoder
-    its best depth and the gain of each intermediate depth over the 100 % tap.
+    """The layer-depth sweep (06_layer_depth): how often the tap chosen on val is an intermediate one, the
+    count exchangeable taps would give, how many one-sided Holm-corrected paired tests survive, and per
+    encoder its best depth and the gain of each intermediate depth over the 100 % tap. Each count against
+    ``depth100`` is also given against ``final`` (suffix ``:final``; :data:`crsrepro.analyse.depth.REFERENCES`).
 
-    ``depth_best:<encoder>`` is the depth (a fraction: 0.5 for 50 %) of the best seed-mean clean AUROC
-    averaged over the datasets the encoder is swept on, and ``depth_gain_points_range:<encoder>:depth<d>``
-    the (lowest, highest) over those datasets of the seed-mean AUROC at depth d minus at 100 %, in
-    AUROC points [ours: the paper gives one best depth and one range of gains per encoder, without
-    saying over what they range].
+    ``depth_best:<encoder>`` is the depth (a fraction: 0.5 for 50 %) chosen most often on val over the
+    datasets the encoder is swept on (the mean val AUROC over them; :func:`crsrepro.analyse.depth.best_depths`
+    picks on val, never on test), and ``depth_gain_points_range:<encoder>:depth<d>`` the (lowest, highest)
+    over those datasets of the seed-mean test AUROC at depth d minus at 100 %, in AUROC points [ours: the
+    paper gives one best depth and one range of gains per encoder, without saying over what they range].
     """
-    from crsrepro.analyse.depth import curve, intermediate_wins
+    from crsrepro.analyse.depth import curve, paired_test, win_counts
 
     table = a.depth
-    wins, n_pairs = intermediate_wins(table)
-    out = {"depth_n_sweeps": n_pairs, "depth_intermediate_wins": wins}
-    means = curve(table).groupby(["encoder", "dataset", "depth"])["auroc"].mean().unstack("depth")
+    counts = win_counts(table)
+    out = {"depth_n_sweeps": int(counts.loc["depth100", "pairs"])}
+    for reference, row in counts.iterrows():
+        suffix = "" if reference == "depth100" else f":{reference}"
+        out |= {f"depth_intermediate_wins{suffix}": int(row["wins"]),
+                f"depth_intermediate_wins_null{suffix}": float(row["expected"]),
+                f"depth_intermediate_wins_p{suffix}": float(row["p_value"]),
+                f"depth_holm_survivors{suffix}": int(paired_test(table, reference)["survives"].sum())}
+    means = curve(table).groupby(["encoder", "dataset", "depth"])[["auroc", "val_auroc"]].mean()
     for encoder, per_dataset in means.groupby(level="encoder"):
-        out[f"depth_best:{encoder}"] = per_dataset.mean().idxmax() / 100
-        points = 100 * per_dataset.drop(columns=100).sub(per_dataset[100], axis=0)
+        val = per_dataset["val_auroc"].unstack("depth")
+        out[f"depth_best:{encoder}"] = val.mean().idxmax() / 100
+        test = per_dataset["auroc"].unstack("depth")
+        points = 100 * test.drop(columns=100).sub(test[100], axis=0)
         out |= {f"depth_gain_points_range:{encoder}:depth{depth:.0f}": (points[depth].min(), points[depth].max())
                 for depth in points.columns}
     return out
@@ -279,8 +306,15 @@ def _lora_measures(a: RunAnalysis) -> dict:
     return out | {f"lora_rank:{encoder}": rank for encoder, rank in crs.ranks["rank_b"].items()}
 
 
-MEASURES = (_ranking_measures, _bootstrap_measures, _insertion_measures, _validity_measures, _calibration_measures,
-            _degradation_measures, _transfer_measures, _label_efficiency_measures, _depth_measures, _lora_measures)
+def _lora_trained_measures(a: RunAnalysis) -> dict:
+    """The epochs and seeds the LoRA grid actually trained (07_lora), read from its rows, not from the plan."""
+    rows = a.lora_results
+    return {"lora_epochs": int(rows.attrs["epochs"]), "lora_seeds": int(rows["seed"].nunique())}
+
+
+MEASURES = (_ranking_measures, _bootstrap_measures, _two_level_measures, _insertion_measures, _validity_measures,
+            _calibration_measures, _degradation_measures, _transfer_measures, _label_efficiency_measures,
+            _depth_measures, _lora_measures, _lora_trained_measures)
 """The analyses of the run that the claims page reads, each a function of its :class:`RunAnalysis`
 (the claims file's ``notebook`` field says which chapter shows each claim)."""
 

@@ -15,9 +15,18 @@ fills in the documented defaults of the optional keys (:data:`DEFAULTS`), and re
 four-dimensional *reliability profile* of an encoder on a dataset is always called that in full; see
 :mod:`crsrepro.score.dimensions`.)
 
+A profile owns its outputs: its ``name`` and ``output_dir`` are never inherited through ``include``.
+``name`` defaults to the profile's own file name and ``output_dir`` to ``${CRSREPRO_HOME}/<name>/results``,
+so ``include: smoke`` plus a narrowing writes its merged table, its split manifests and its frame under
+its own name and never replaces smoke's. Repeated seeds, encoders or datasets, and seeds outside numpy's
+range 0..2**32-1, are errors; :func:`check_devices` (called by every command that computes) refuses a
+cuda device on a machine without one.
+
 Paths in a profile may use ``${VAR}`` environment variables. ``${CRSREPRO_HOME}`` defaults to
-``./.crsrepro``; relative paths resolve against ``$CRSREPRO_HOME/..`` when it is set, else against the
-current working directory. A variable without a value is an error only when that path is used.
+``./.crsrepro``, and the shipped profiles put everything they write under it (generated data, caches and
+results), so ``CRSREPRO_HOME=X`` puts all of it in ``X``. A relative path resolves against the folder of
+the profile file that is loaded, so it means the same from any working directory. A variable without a
+value is an error only when that path is used.
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ from crsrepro.core.vocab import (CLEAN, CONTROL_PROBES, DATASET_IDS, IMAGE_POLIC
 PROFILE_DIR = Path(__file__).parent
 DATA_SOURCES = ("demo_world", "local")
 C_SELECTIONS = ("nested_val", "full_val")
+SEED_MAX = 2**32 - 1  #: numpy's largest seed: every profile seed seeds a numpy generator
+UNIQUE_KEYS = ("datasets", "encoders", "seeds")  #: lists whose repeats would duplicate result rows
 
 
 def _is_int(v):
@@ -98,7 +109,8 @@ _pairs = _scalar(lambda v: isinstance(v, list) and len(v) > 0 and all(
 
 # The schema: a nested dict whose leaves are checks. Every key a profile may hold is listed here.
 SCHEMA: dict[str, Any] = {
-    "name": _str,
+    "name": _scalar(lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", v) is not None,
+                    "a name of letters, digits, '.', '_' and '-' (it names the profile's folders)"),
     "description": _scalar(lambda v: isinstance(v, str), "a string"),
     "data": {
         "source": _choice(DATA_SOURCES),
@@ -118,7 +130,7 @@ SCHEMA: dict[str, Any] = {
     "transfer": _transfer,
     "robustness_transfer": _list_of(lambda x: x in DATASET_IDS, "transfer dataset ids", nonempty=False),
     "encoders": _list_of(_is_encoder_id, "encoder ids (namespace.name)"),
-    "seeds": _list_of(lambda x: _is_int(x) and x >= 0, "non-negative integers"),
+    "seeds": _list_of(lambda x: _is_int(x) and x >= 0, "non-negative integers"),  # and <= SEED_MAX
     "label_fractions": _fraction_list,
     "perturbations": _list_of(lambda x: x in PERTURBATIONS, f"perturbations among {', '.join(PERTURBATIONS)}", nonempty=False),
     "severities": _list_of(lambda x: x in SEVERITIES, f"severities among {', '.join(map(str, SEVERITIES))}",
@@ -297,7 +309,7 @@ class Profile:
     """A validated, immutable profile (see the module docstring for every key and its default)."""
 
     name: str
-    source: str  #: the file it was read from
+    source: str  #: the file it was read from (absolute)
     description: str
     data: DataSection
     demo_world: DemoWorldSection | None
@@ -342,7 +354,8 @@ class Profile:
                    **plain, **sections)
 
     def resolve_path(self, value: str, *, key: str) -> Path:
-        """Expand ``${VAR}`` and make ``value`` absolute; ``key`` names it in errors."""
+        """Expand ``${VAR}`` and make ``value`` absolute (a relative path against the profile file's folder);
+        ``key`` names it in errors."""
         def expand(m):
             var = m.group(1)
             if var == "CRSREPRO_HOME":
@@ -352,7 +365,14 @@ class Profile:
                                    f"not set; export {var}=/path/to/it")
             return os.environ[var]
         path = Path(os.path.expanduser(_VAR.sub(expand, value)))
-        return path if path.is_absolute() else _base_dir() / path
+        return path if path.is_absolute() else Path(self.source).parent / path
+
+    @property
+    def argument(self) -> str:
+        """What ``--profile`` takes to load this profile again: the name of a shipped profile, else its file
+        (for the commands that error messages name)."""
+        shipped = PROFILE_DIR / f"{self.name}.yaml"
+        return self.name if Path(self.source) == shipped else self.source
 
     def dataset_root(self, dataset: str) -> Path:
         """The folder that holds ``dataset`` as released: ``<data.root>/<dataset id>``, or the folder that
@@ -394,9 +414,34 @@ def crsrepro_home() -> Path:
     return Path(os.environ.get("CRSREPRO_HOME") or Path.cwd() / ".crsrepro").absolute()
 
 
-def _base_dir() -> Path:
-    home = os.environ.get("CRSREPRO_HOME")
-    return Path(home).absolute().parent if home else Path.cwd()
+def check_devices(profile: Profile) -> None:
+    """Refuse a profile whose ``probe.device`` or ``features.device`` is a CUDA device this machine lacks,
+    in one line that says how to run it on the CPU. Every command that computes calls it before any work
+    (``crsrepro run``, ``book``, ``score``); ``crsrepro plan`` reports it and still prints the plan, which
+    needs no device.
+
+    Raises
+    ------
+    ProfileError
+        A device is not a torch device, or names a CUDA GPU that is not present.
+    """
+    import torch
+
+    for key, device in (("probe.device", profile.probe.device), ("features.device", profile.features.device)):
+        try:
+            parsed = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise ProfileError(f"profile {profile.name!r} ({profile.source}): key {key} must be a torch device "
+                               f"such as cpu or cuda, got {device!r}") from None
+        if parsed.type != "cuda":
+            continue
+        present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (parsed.index or 0) >= present:
+            raise ProfileError(
+                f"profile {profile.name!r} ({profile.source}): key {key} is {device!r} but this machine has "
+                f"{present if present else 'no'} CUDA GPU{'s' if present > 1 else ''}; to run on the CPU, use a profile "
+                f"that says `include: {profile.argument}` and sets probe: {{device: cpu}} and "
+                f"features: {{device: cpu}}")
 
 
 def list_profiles() -> list[str]:
@@ -404,10 +449,14 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
 
 
-def _read_yaml(name_or_path: str | os.PathLike) -> tuple[dict, Path]:
+def _read_yaml(name_or_path: str | os.PathLike, *, folder: Path | None = None) -> tuple[dict, Path]:
+    """The YAML of a shipped profile name or of a file (a relative file path resolves against ``folder``,
+    the including profile's folder, when given)."""
     path = Path(name_or_path)
     if path.suffix not in (".yaml", ".yml"):
         path = PROFILE_DIR / f"{name_or_path}.yaml"
+    elif folder is not None and not path.is_absolute():
+        path = folder / path
     if not path.is_file():
         raise ProfileError(f"no profile {str(name_or_path)!r}: expected {path} "
                            f"(shipped profiles: {', '.join(list_profiles())})")
@@ -433,15 +482,19 @@ def _merge(base: dict, override: dict) -> dict:
 _SECTIONS = {k for k, v in SCHEMA.items() if isinstance(v, dict)}
 
 
+#: Keys a profile never inherits through ``include``: they name its outputs (see the module docstring).
+OWN_KEYS = ("name", "output_dir")
+
+
 def _resolve_includes(data: dict, path: Path, seen: tuple = ()) -> dict:
     if "include" not in data:
         return data
     parent_name = data.pop("include")
-    if parent_name in seen:
+    parent, parent_path = _read_yaml(parent_name, folder=path.parent)
+    if parent_path.absolute() in seen:
         raise ProfileError(f"profile {path}: include cycle through {parent_name!r}")
-    parent, parent_path = _read_yaml(parent_name)
-    parent = _resolve_includes(parent, parent_path, seen + (parent_name,))
-    return _merge(parent, data)
+    parent = _resolve_includes(parent, parent_path, seen + (parent_path.absolute(),))
+    return _merge({k: v for k, v in parent.items() if k not in OWN_KEYS}, data)
 
 
 def _with_defaults(config: dict) -> dict:
@@ -489,6 +542,10 @@ _NULLABLE = ({key for key, default in DEFAULTS.items() if default is None}
 def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | None = None) -> Profile:
     """Read, merge, fill in defaults and validate a profile.
 
+    Includes merge first, without the included profile's :data:`OWN_KEYS`; then ``name`` defaults to the
+    file's name and ``output_dir`` to ``${CRSREPRO_HOME}/<name>/results``, then :data:`DEFAULTS` fill in
+    the other optional keys.
+
     Parameters
     ----------
     name_or_path : str or path
@@ -499,8 +556,9 @@ def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | 
     Raises
     ------
     ProfileError
-        The profile does not exist, or a key is unknown, missing or has a bad value; the message names
-        the file and the key.
+        The profile does not exist, or a key is unknown, missing or has a bad value (a repeated seed,
+        encoder or dataset; a seed above :data:`SEED_MAX`; a file that takes a shipped profile's name); the
+        message names the file and the key.
 
     Examples
     --------
@@ -512,12 +570,27 @@ def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | 
     'nested_val'
     """
     data, path = _read_yaml(name_or_path)
-    data = _resolve_includes(data, path, (path.stem,))
+    data = _resolve_includes(data, path, (path.absolute(),))
     if overrides:
         data = _merge(data, overrides)
-    where = f"{data.get('name', path.stem)!r} ({path})"
+    data.setdefault("name", path.stem)
+    where = f"{data['name']!r} ({path})"
+    if isinstance(data["name"], str):
+        data.setdefault("output_dir", f"${{CRSREPRO_HOME}}/{data['name']}/results")
     data = _with_defaults(data)
     _validate(data, SCHEMA, where)
+    if data["name"] in list_profiles() and path.absolute() != PROFILE_DIR / f"{data['name']}.yaml":
+        raise ProfileError(f"profile {where}: its name {data['name']!r} (key name, else the file's name) is a "
+                           f"shipped profile's, whose results and frame it would replace; give it another name")
+    for key in UNIQUE_KEYS:
+        repeated = sorted({str(v) for v in data[key] if data[key].count(v) > 1})
+        if repeated:
+            raise ProfileError(f"profile {where}: key {key} lists {', '.join(repeated)} more than once "
+                               "(each would be run, and counted, twice)")
+    too_large = [s for s in data["seeds"] if s > SEED_MAX]
+    if too_large:
+        raise ProfileError(f"profile {where}: key seeds holds {too_large[0]}, above {SEED_MAX} (the largest "
+                           "seed numpy takes); use seeds in 0..2**32-1")
     if data["data"]["source"] == "demo_world" and data["demo_world"] is None:
         raise ProfileError(f"profile {where}: data.source is demo_world but key demo_world is missing")
     unknown = set(data["transfer"]) - set(data["datasets"])
@@ -525,7 +598,7 @@ def load_profile(name_or_path: str | os.PathLike = "demo", *, overrides: dict | 
         raise ProfileError(f"profile {where}: key transfer names {sorted(unknown)}, which are not in datasets")
     if 1.0 not in data["label_fractions"]:
         raise ProfileError(f"profile {where}: key label_fractions must include 1.0 (the full-label reference)")
-    return Profile.from_config(data, str(path))
+    return Profile.from_config(data, str(path.absolute()))
 
 
 def as_profile(profile: Profile | str | os.PathLike) -> Profile:

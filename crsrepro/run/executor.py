@@ -16,14 +16,15 @@ Executors
     A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default: the CPU
     cores), each with one torch / BLAS thread [ours: one single-threaded task per core beats threads
     inside a task for these small fits]. A task is submitted once the task it depends on is done; on a
-    cuda profile one extraction task runs at a time (one GPU).
+    cuda profile one extraction task runs at a time (one GPU). The workers die with the process that
+    started them (on Linux, even when it is SIGKILLed), and their log records are handled by it.
 ``dask``
     Dask distributed: a ``LocalCluster`` of ``workers`` single-threaded processes, or the scheduler
     at ``scheduler`` (any cluster: dask-jobqueue's ``SLURMCluster``, see the README). The dependency
     is a Dask dependency. On a cuda profile the extraction tasks ask for the worker resource ``GPU``
     (``resources={"GPU": 1}``), so give each GPU worker ``--resources GPU=1``: a worker then never
     runs two extraction tasks at once. Dask does the distribution; nothing here schedules, queues or
-    sends anything itself.
+    sends anything itself. The workers' ``crsrepro`` log records are forwarded to this process.
 
 Every worker must see the same data root, feature cache and output folder (a shared filesystem).
 A failed task stops the run with its error; what finished is kept, and the next run resumes.
@@ -33,6 +34,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 EXECUTORS = ("serial", "local", "dask")
 DEFAULT_EXECUTOR = "local"
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its parent dies
 
 
 @dataclass(frozen=True)
@@ -112,30 +116,77 @@ def _serial(tasks: list[Task], progress: bool, description: str) -> None:
 
 def _local(tasks: list[Task], workers: int) -> None:
     """A spawn-context process pool (a forked torch is not safe); each task is submitted when the task
-    it depends on is done, and at most one GPU task runs at a time."""
+    it depends on is done, and at most one GPU task runs at a time. The workers die with this process
+    and log through it (:func:`_worker_init`)."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from logging.handlers import QueueListener
 
+    context = multiprocessing.get_context("spawn")
+    records = context.Queue()
+    listener = QueueListener(records, _ToThisProcess())
+    listener.start()
+    levels = {name: logging.getLogger(name).getEffectiveLevel() for name in ("", "crsrepro")}
     waiting, done, running = list(tasks), set(), {}
-    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=one_thread) as pool:
-        try:
-            while waiting or running:
-                gpu_busy = any(t.gpu for t in running.values())
-                for task in [t for t in waiting if t.after is None or t.after in done]:
-                    if task.gpu and gpu_busy:
-                        continue
-                    gpu_busy = gpu_busy or task.gpu
-                    waiting.remove(task)
-                    running[pool.submit(task.func, *task.args)] = task
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    task = running.pop(future)
-                    future.result()  # a task's error stops the run here
-                    done.add(task.key)
-                    log.info("done: %s (%d of %d)", task.key, len(done), len(tasks))
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)  # what is running finishes and is kept
-            raise
+    try:
+        with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                                 initargs=(os.getpid(), records, levels)) as pool:
+            try:
+                while waiting or running:
+                    gpu_busy = any(t.gpu for t in running.values())
+                    for task in [t for t in waiting if t.after is None or t.after in done]:
+                        if task.gpu and gpu_busy:
+                            continue
+                        gpu_busy = gpu_busy or task.gpu
+                        waiting.remove(task)
+                        running[pool.submit(task.func, *task.args)] = task
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        task = running.pop(future)
+                        future.result()  # a task's error stops the run here
+                        done.add(task.key)
+                        log.info("done: %s (%d of %d)", task.key, len(done), len(tasks))
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)  # what is running finishes and is kept
+                raise
+    finally:
+        listener.stop()  # after the workers have exited: every record they sent is handled first
+
+
+def _worker_init(parent: int, records, levels: dict) -> None:
+    """A pool worker's start: it dies with its parent, logs through it, and runs one thread.
+
+    - **No orphans** (issue 26): on Linux the kernel sends the worker SIGKILL when the process that
+      started it dies (``prctl(PR_SET_PDEATHSIG)``), even by SIGKILL; a worker whose parent died before
+      that call exits at once. Elsewhere a worker outlives a killed parent, as before.
+    - **No lost warnings**: the worker's log records go, through ``records``, to the parent, which hands
+      each to its own logger of that name (:class:`_ToThisProcess`), so a warning a task logs is shown
+      once, by the parent's handlers, as if the parent had logged it. ``levels``: the parent's levels
+      of the root and ``crsrepro`` loggers, so a worker sends only what the parent would show.
+    """
+    from logging.handlers import QueueHandler
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+    root = logging.getLogger()
+    root.handlers[:] = [QueueHandler(records)]
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+    one_thread()
+
+
+class _ToThisProcess(logging.Handler):
+    """Hand a record that a worker logged to this process's logger of the same name (what the parent's
+    levels and handlers then show): the logging cookbook's receiving side of a ``QueueHandler``."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
 
 
 def _dask(tasks: list[Task], workers: int, scheduler: str | None) -> None:
@@ -160,6 +211,7 @@ def _dask(tasks: list[Task], workers: int, scheduler: str | None) -> None:
                                    resources={"GPU": 1} if gpu else None, dashboard_address=None)
             client = Client(cluster)
         try:
+            client.forward_logging("crsrepro")  # a task's log records are handled here, as on the local pool
             futures = {}
             for task in tasks:
                 after = (futures[task.after],) if task.after else ()

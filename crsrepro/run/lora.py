@@ -1,21 +1,26 @@
 """LoRA fine-tuning as the ``regime="lora"`` axis of the run grid (DESIGN.md section 11).
 
 :func:`finetune` adapts one encoder to one dataset for one seed and label fraction: peft LoRA adapters
-(rank 8, alpha 16) on the layers :func:`lora_targets` names (the attention projections of
-transformers, the ``Conv2d`` layers of CNNs), a linear head on the ``final`` embedding, AdamW at a
-constant learning rate, and a *fixed budget per encoder*: the same epochs and batch size for every
-encoder [ours]. Everything a fine-tune trains with is one :class:`LoraParams`, and its fields derive the
-keys, so a changed default is never served a stale row-set or checkpoint. The base network stays in eval
-mode (BatchNorm statistics and dropout frozen [ours]), its weights never receive a gradient and are
-unchanged bit for bit; only the adapters and the head train.
+(rank 8, alpha 16) on the modules :func:`lora_targets` names (:mod:`crsrepro.encoders.lora_targets`:
+the attention projections of transformers, the MLP of CLIP-style blocks, the ``Conv2d`` layers of CNNs),
+a linear head on the ``final`` embedding, AdamW at a constant learning rate, and one training rule for
+every encoder and label fraction: a *fixed optimiser-step budget* [ours], the steps of ``epochs`` passes
+over the seed's full-label train split (the paper's 8 epochs at 100 % labels), so that a fine-tune on 1 %
+of the labels takes as many steps as one on all of them and retention after LoRA does not mix the
+amount of data with the training budget (:meth:`LoraParams.budget`). Everything a fine-tune trains with
+is one :class:`LoraParams`, and its fields derive the keys, so a changed default is never served a stale
+row-set or checkpoint. The base network stays in eval mode (BatchNorm statistics and dropout frozen
+[ours]), its weights never receive a gradient and are unchanged bit for bit; only the adapters and the
+head train. :func:`step_check` proves it per encoder (every adapter gets a gradient, the base is unchanged).
 
 It trains on the seed's train split at the label fraction (the grid's label subsets,
 :class:`crsrepro.run.units.Unit`), clean images at their stored size, like the frozen probe's pool.
-After every epoch the adapters, the head and the optimiser state are saved under
-``<output_dir>/lora/checkpoints/<key>/epoch_<k>.pt`` (atomically); a killed run resumes from the last
-one, and since each epoch's batch order is a function of (seed, epoch) alone and the learning rate is
-constant, the resumed run ends with the same weights as an uninterrupted one (on the same device).
-A longer budget continues from a shorter one's checkpoints.
+After every ``steps_per_epoch`` optimiser steps the adapters, the head and the optimiser state are saved
+under ``<output_dir>/lora/checkpoints/<key>/step_<k>.pt`` (atomically); a killed run resumes from the
+last one, and since the batch stream is a function of the seed alone (pass ``p`` visits the labelled
+images in the order ``default_rng([seed, p])``) and the learning rate is constant, the resumed run ends
+with the same weights as an uninterrupted one (on the same device). A longer budget continues from a
+shorter one's checkpoints.
 
 :func:`score` embeds the test split under every condition of the profile (and each transfer set:
 MIMIC-CXR for CheXpert) with the *fine-tuned* network and scores the head through the grid unit's own
@@ -31,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +52,7 @@ from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import atomic_write, content_key, git_hash
 from crsrepro.core.schema import FINAL, LORA
 from crsrepro.core.vocab import CLEAN, LINEAR
-from crsrepro.profiles import Profile, as_profile, load_profile
+from crsrepro.profiles import Profile, as_profile
 from crsrepro.run import units, views
 from crsrepro.run.executor import Task
 from crsrepro.run.results import CACHE_VERSION, ResultStore
@@ -62,29 +68,34 @@ class LoraError(CrsreproError, ValueError):
     """An encoder without declared LoRA targets, or a fraction or seed the profile does not have."""
 
 
-def lora_targets(spec) -> list[str]:
-    """The peft ``target_modules`` of an encoder: :data:`crsrepro.encoders.demo.LORA_TARGETS` for the demo
-    networks.
+def lora_targets(encoder) -> list[str]:
+    """The peft ``target_modules`` of a built encoder: the full names of the modules its pattern in
+    :data:`crsrepro.encoders.lora_targets.TARGETS` matches (:func:`crsrepro.encoders.lora_targets.target_modules`).
 
     Raises
     ------
     LoraError
-        No targets are declared for the encoder (the demo's classical extractors have no layers to adapt;
-        the paper's encoders' targets are not declared yet).
+        No pattern is declared for the encoder (the demo's classical extractors have no layers to adapt),
+        or it matches no module of this build (another library version renamed the modules).
     """
-    from crsrepro.encoders.demo import LORA_TARGETS
+    from crsrepro.encoders.lora_targets import CHECKED_ON, TARGETS, target_modules
 
-    if spec.id not in LORA_TARGETS:
-        raise LoraError(f"{spec.id}: no LoRA target modules are declared (crsrepro.encoders.demo.LORA_TARGETS "
-                        f"covers {sorted(LORA_TARGETS)})")
-    return list(LORA_TARGETS[spec.id])
+    spec = encoder.spec
+    if spec.id not in TARGETS:
+        raise LoraError(f"{spec.id}: no LoRA target modules are declared (crsrepro.encoders.lora_targets.TARGETS "
+                        f"covers {len(TARGETS)} encoders)")
+    names = target_modules(encoder)
+    if not names:
+        raise LoraError(f"{spec.id}: its LoRA pattern {TARGETS[spec.id]!r} matches no module of "
+                        f"{type(encoder.model).__name__} (checked on {CHECKED_ON})")
+    return names
 
 
 def adaptable(encoders) -> list[str]:
-    """The encoders among ``encoders`` that LoRA can adapt."""
-    from crsrepro.encoders.demo import LORA_TARGETS
+    """The encoders among ``encoders`` that LoRA can adapt (a pattern is declared for them)."""
+    from crsrepro.encoders.lora_targets import TARGETS
 
-    return [e for e in encoders if e in LORA_TARGETS]
+    return [e for e in encoders if e in TARGETS]
 
 
 @dataclass(frozen=True)
@@ -95,7 +106,10 @@ class LoraParams:
     Attributes
     ----------
     epochs : int
-        The budget, the same for every encoder (the paper: 8; a profile's ``lora.epochs``).
+        The budget, the same for every encoder and label fraction: the optimiser steps of ``epochs``
+        passes over the seed's *full-label* train split (:meth:`budget`; the paper: 8 epochs; a profile's
+        ``lora.epochs``). [ours] a fixed step budget, so that a small label fraction is not also a small
+        training budget (at 1 % of APTOS, 8 epochs of its labelled images would be 8 steps).
     rank, alpha : int
         LoRA rank and scaling (the paper: 8 and 16).
     dropout : float
@@ -108,7 +122,7 @@ class LoraParams:
     accumulation_steps : int
         Batches whose gradients are summed before a step (the GPU path's large effective batch).
     target_modules : tuple of str, optional
-        The adapted modules; None: the encoder's declared targets (:func:`lora_targets`).
+        The adapted modules' full names; None: the encoder's declared targets (:func:`lora_targets`).
     """
 
     epochs: int = 8
@@ -121,20 +135,35 @@ class LoraParams:
     accumulation_steps: int = 1
     target_modules: tuple | None = None
 
-    def resolved(self, spec) -> "LoraParams":
-        """These parameters with ``target_modules`` filled in for the encoder of ``spec``."""
+    def resolved(self, encoder) -> "LoraParams":
+        """These parameters with ``target_modules`` filled in for the built ``encoder``."""
         if self.target_modules is not None:
             return self
-        return dataclasses.replace(self, target_modules=tuple(lora_targets(spec)))
+        return dataclasses.replace(self, target_modules=tuple(lora_targets(encoder)))
+
+    def steps_per_epoch(self, n_train: int) -> int:
+        """Optimiser steps in one pass over ``n_train`` images (batches of ``batch_size``, a step every
+        ``accumulation_steps`` batches)."""
+        return math.ceil(math.ceil(n_train / self.batch_size) / self.accumulation_steps)
+
+    def budget(self, n_train: int) -> int:
+        """The optimiser steps of every fine-tune whose full-label train split has ``n_train`` images,
+        whatever its label fraction: ``epochs`` passes over the full split.
+
+        >>> LoraParams(epochs=8, batch_size=32).budget(100)
+        32
+        """
+        return self.epochs * self.steps_per_epoch(n_train)
 
     def training(self) -> dict:
-        """What decides the weights after each epoch (every field but the budget, ``epochs``, so that a
-        longer budget continues from a shorter one's checkpoints), with the optimiser and schedule that
-        :func:`train` implements."""
+        """What decides the weights after each step (every field but the budget, ``epochs``, so that a
+        longer budget continues from a shorter one's checkpoints), with the optimiser, schedule and
+        budget rule that :func:`train` implements."""
         if self.target_modules is None:
             raise LoraError("LoRA parameters without target modules: resolve them for an encoder first")
         fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "epochs"}
-        return {**fields, "target_modules": list(self.target_modules), "optimiser": "AdamW", "schedule": "constant"}
+        return {**fields, "target_modules": list(self.target_modules), "optimiser": "AdamW", "schedule": "constant",
+                "budget": "steps of epochs x the full-label train split"}
 
 
 def rowset_key(unit_key: str, fraction: float, params: LoraParams) -> str:
@@ -155,6 +184,7 @@ class FineTuned:
     task: str
     params: LoraParams
     key: str | None = None  # the checkpoint key (finetune's), None for a bare train()
+    steps: int = 0  # the optimiser steps the adapters and head were trained for
     train_seconds: float = np.nan
     images_per_second: float = np.nan
     resumed_from: int = 0
@@ -204,7 +234,7 @@ def adapt(encoder, params: LoraParams = LoraParams(), *, seed: int = 0):
     """
     from peft import LoraConfig, inject_adapter_in_model
 
-    params = params.resolved(encoder.spec)
+    params = params.resolved(encoder)
     adapted = copy.deepcopy(encoder)
     config = LoraConfig(r=params.rank, lora_alpha=params.alpha, lora_dropout=params.dropout,
                         target_modules=list(params.target_modules), bias="none")
@@ -240,16 +270,23 @@ def _load_images(spec, images: pd.DataFrame, conditions, canonical_size, batch_s
 
 
 def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_outputs: int, seed: int,
-          params: LoraParams = LoraParams(), checkpoint_dir: Path | None = None, key: str | None = None) -> FineTuned:
+          params: LoraParams = LoraParams(), steps_per_epoch: int | None = None, checkpoint_dir: Path | None = None,
+          key: str | None = None) -> FineTuned:
     """Train the adapters of ``adapted`` (from :func:`adapt`) and a linear head on ``images`` (uint8
-    ``[N, 3, S, S]``) for ``params.epochs``, resuming from the last checkpoint in ``checkpoint_dir``.
+    ``[N, 3, S, S]``) for ``params.epochs * steps_per_epoch`` optimiser steps, resuming from the last
+    checkpoint in ``checkpoint_dir``.
 
-    The head is initialised under ``seed``; epoch ``e`` visits the images in the order
-    ``numpy.random.default_rng([seed, e]).permutation(N)``. With ``params.accumulation_steps > 1`` the
-    gradients of that many batches are summed before a step. ``key`` (the checkpoint key) is recorded on
-    the result.
+    ``steps_per_epoch`` is the steps of one pass over the full-label train split (:meth:`LoraParams.budget`;
+    default: one pass over ``images``), so every label fraction of a cell trains for the same number of
+    steps; a checkpoint is written every ``steps_per_epoch`` steps and at the end. The head is initialised
+    under ``seed``; the batches are one stream over passes ``p = 0, 1, ...``, pass ``p`` visiting the
+    images in the order ``numpy.random.default_rng([seed, p]).permutation(N)`` in batches of
+    ``params.batch_size`` (the last of a pass smaller), and a step sums the gradients of
+    ``params.accumulation_steps`` consecutive batches. ``key`` (the checkpoint key) is recorded on the result.
     """
-    device, epochs, batch_size, steps = adapted.device, params.epochs, params.batch_size, params.accumulation_steps
+    device, batch_size, accumulate = adapted.device, params.batch_size, params.accumulation_steps
+    steps_per_epoch = steps_per_epoch or params.steps_per_epoch(len(images))
+    total = params.epochs * steps_per_epoch
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         head = nn.Linear(adapted.spec.embed_dim, n_outputs).to(device)
@@ -258,34 +295,87 @@ def train(adapted, images: torch.Tensor, labels: np.ndarray, *, task: str, n_out
     y_all = torch.as_tensor(labels, dtype=torch.long if task == "multiclass" else torch.float32)
     start = 0
     if checkpoint_dir is not None:
-        done = sorted(int(p.stem.split("_")[1]) for p in Path(checkpoint_dir).glob("epoch_*.pt"))
-        done = [e for e in done if e <= epochs]
+        done = sorted(int(p.stem.split("_")[1]) for p in Path(checkpoint_dir).glob("step_*.pt"))
+        done = [k for k in done if k <= total]
         if done:
             start = done[-1]
-            saved = torch.load(Path(checkpoint_dir) / f"epoch_{start}.pt", weights_only=True, map_location=device)
+            saved = torch.load(Path(checkpoint_dir) / f"step_{start}.pt", weights_only=True, map_location=device)
             adapted.model.load_state_dict(saved["adapters"], strict=False)
             head.load_state_dict(saved["head"])
             optimiser.load_state_dict(saved["optimizer"])
+    per_pass = math.ceil(len(images) / batch_size)
+
+    def batch(b: int) -> np.ndarray:  # the b-th batch of the stream
+        order = np.random.default_rng([seed, b // per_pass]).permutation(len(images))
+        return order[(b % per_pass) * batch_size:(b % per_pass + 1) * batch_size]
+
     started, seen = time.perf_counter(), 0
-    for epoch in range(start, epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(images))
-        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    for step in range(start, total):
         optimiser.zero_grad(set_to_none=True)
-        for step, idx in enumerate(batches, start=1):
+        for b in range(step * accumulate, (step + 1) * accumulate):
+            idx = batch(b)
             logits = head(_embed(adapted, images[idx]))
-            (_loss(logits, y_all[idx].to(device), task) / steps).backward()
-            if step % steps == 0 or step == len(batches):
-                optimiser.step()
-                optimiser.zero_grad(set_to_none=True)
+            (_loss(logits, y_all[idx].to(device), task) / accumulate).backward()
             seen += len(idx)
-        if checkpoint_dir is not None:
-            state = {"epoch": epoch + 1, "adapters": _adapter_state(adapted.model), "head": head.state_dict(),
+        optimiser.step()
+        done_steps = step + 1
+        if checkpoint_dir is not None and (done_steps % steps_per_epoch == 0 or done_steps == total):
+            state = {"step": done_steps, "adapters": _adapter_state(adapted.model), "head": head.state_dict(),
                      "optimizer": optimiser.state_dict()}
-            atomic_write(Path(checkpoint_dir) / f"epoch_{epoch + 1}.pt", lambda f: torch.save(state, f))
+            atomic_write(Path(checkpoint_dir) / f"step_{done_steps}.pt", lambda f: torch.save(state, f))
     seconds = time.perf_counter() - started
     head.eval()
-    return FineTuned(adapted, head, task, params, key, train_seconds=seconds,
+    return FineTuned(adapted, head, task, params, key, steps=total, train_seconds=seconds,
                      images_per_second=seen / seconds if seen else np.nan, resumed_from=start)
+
+
+@dataclass(frozen=True)
+class StepCheck:
+    """What two optimiser steps on one batch did to an adapted network (:func:`step_check`).
+
+    Attributes
+    ----------
+    adapters : list of str
+        The adapted modules.
+    dead : list of str
+        The adapters whose ``lora_B`` got no gradient at the first step, or whose ``lora_A`` got none at
+        the second (B starts at zero, so A's first gradient is zero by construction): they train nothing.
+    base_changed : list of str
+        The tensors of the frozen base that are not bit for bit what they were.
+    """
+
+    adapters: list
+    dead: list
+    base_changed: list
+
+
+def step_check(encoder, images: torch.Tensor, labels: np.ndarray, *, task: str, n_outputs: int,
+               params: LoraParams = LoraParams(), seed: int = 0) -> StepCheck:
+    """Adapt ``encoder`` (:func:`adapt`) and take two optimiser steps on ``images`` (uint8, resized for
+    it), as :func:`train` does, recording which adapters received a gradient and whether the frozen base
+    stayed unchanged: the proof that an encoder's LoRA targets train (``tests/test_lora_targets.py``)."""
+    adapted = adapt(encoder, params, seed=seed)
+    before = base_state(adapted.model)
+    embedding = _embed(adapted, images)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        head = nn.Linear(embedding.shape[1], n_outputs).to(adapted.device)  # a shrunk stand-in's width
+    lora = {name: p for name, p in adapted.model.named_parameters() if "lora_" in name}
+    optimiser = torch.optim.AdamW(list(lora.values()) + list(head.parameters()), lr=params.lr)
+    y = torch.as_tensor(labels, dtype=torch.long if task == "multiclass" else torch.float32)
+    moved = {}
+    for factor in ("lora_B", "lora_A"):
+        optimiser.zero_grad(set_to_none=True)
+        embedding = embedding if factor == "lora_B" else _embed(adapted, images)
+        _loss(head(embedding), y.to(adapted.device), task).backward()
+        for name, p in lora.items():
+            if f".{factor}." in name:
+                moved[name.split(f".{factor}.")[0]] = moved.get(name.split(f".{factor}.")[0], True) and (
+                    p.grad is not None and bool(p.grad.abs().sum() > 0))
+        optimiser.step()
+    after, targets = base_state(adapted.model), list(params.resolved(encoder).target_modules)
+    return StepCheck(adapters=targets, dead=sorted(t for t in targets if not moved.get(t, False)),
+                     base_changed=sorted(k for k in before if not torch.equal(before[k], after[k])))
 
 
 # --------------------------------------------------------------------------- one fine-tune
@@ -330,7 +420,7 @@ def finetune(encoder_id: str, dataset: str, seed: int, *, params: LoraParams = L
                         f"seeds {profile.seeds} / fractions {profile.label_fractions}")
     view = view or views.prepare_view(profile, dataset, manifest_dir, progress)
     encoder = encoder or create_encoder(encoder_id, device=profile.features.device)
-    params = params.resolved(encoder.spec)
+    params = params.resolved(encoder)
     train_rows, _ = view.seed_rows[seed]
     split = view.pool.take(train_rows)
     subset = label_subsets(split.labels, fractions=profile.label_fractions, seed=seed, task=view.task)[label_fraction]
@@ -342,7 +432,8 @@ def finetune(encoder_id: str, dataset: str, seed: int, *, params: LoraParams = L
     adapted = adapt(encoder, params, seed=seed)
     checkpoints = Path(output_dir or profile.output_path) / STAGE / "checkpoints" / key
     return train(adapted, images, split.labels[subset], task=view.task, n_outputs=len(view.label_names), seed=seed,
-                 params=params, checkpoint_dir=checkpoints, key=key)
+                 params=params, steps_per_epoch=params.steps_per_epoch(len(train_rows)), checkpoint_dir=checkpoints,
+                 key=key)
 
 
 def _embeddings(fine: FineTuned, requests: dict, val_rows: np.ndarray, batch_size: int) -> dict:
@@ -377,15 +468,19 @@ def score(fine: FineTuned, profile: Profile, view, seed: int, label_fraction: fl
 
 # --------------------------------------------------------------------------- the LoRA grid
 
-def lora_cells(profile: Profile) -> list[tuple[str, str]]:
+def default_cells(profile: Profile | str) -> list[tuple[str, str]]:
     """The (encoder, dataset) cells the profile fine-tunes: its cells of the LoRA-adaptable encoders
-    (:func:`adaptable`) that its ``lora.exclude`` does not leave out."""
+    (:func:`adaptable`) that its ``lora.exclude`` does not leave out; none when no encoder is left (for
+    ``paper``: all 43 cells, the paper's LoRA experiment, DESIGN.md section 11)."""
     from crsrepro.run.grid import cells as grid_cells
 
+    profile = as_profile(profile)
     encoders = [e for e in adaptable(profile.encoders) if e not in profile.lora.exclude]
     log.info("lora: the cells of %s; left out: %s (not adaptable or excluded by the plan)",
              encoders, sorted(set(profile.encoders) - set(encoders)))
-    return grid_cells(profile, encoders)
+    return grid_cells(profile, encoders) if encoders else []
+
+
 
 
 def _unit_key(profile: Profile, spec, view, seed: int, feature_keys: dict) -> str:
@@ -414,7 +509,7 @@ def _cell_task(task: _CellTask) -> str:
     profile = task.profile
     prepared = views.view(profile, task.dataset, task.manifest_dir, task.images_key)
     built = units.encoder(task.encoder, None, profile.features.device)
-    params, spec = task.params.resolved(built.spec), get_encoder_spec(task.encoder)
+    params, spec = task.params.resolved(built), get_encoder_spec(task.encoder)
     feature_keys = layer_feature_keys(built, feature_requests(profile, prepared))
     store, provenance = ResultStore(task.output_dir / STAGE), {"crsrepro": __version__, "git": git_hash()}
     for seed, fraction, key in task.todo:
@@ -425,12 +520,13 @@ def _cell_task(task: _CellTask) -> str:
                         output_dir=task.output_dir, view=prepared, encoder=built)
         rows, cases = score(fine, profile, prepared, seed, fraction)
         rows["rowset"] = key
-        rows.attrs = {**provenance, "key": key, "train_key": fine.key, "images_per_second": fine.images_per_second}
+        rows.attrs = {**provenance, "key": key, "train_key": fine.key, "steps": fine.steps,
+                      "images_per_second": fine.images_per_second}
         if cases:
             store.write_cases(key, case_arrays(prepared, cases))
         store.write(key, rows)
-        log.info("lora: %s %s seed %d fraction %s: %.1f img/s", task.encoder, task.dataset, seed, fraction,
-                 fine.images_per_second)
+        log.info("lora: %s %s seed %d fraction %s: %d steps, %.1f img/s", task.encoder, task.dataset, seed,
+                 fraction, fine.steps, fine.images_per_second)
     return f"lora {task.encoder} {task.dataset}"
 
 
@@ -442,7 +538,7 @@ class LoraStage:
     Parameters
     ----------
     cells : tuple of (encoder id, dataset), optional
-        Default: :func:`lora_cells` of the profile.
+        Default: :func:`default_cells` of the profile.
     seeds : tuple of int, optional
         Default: the profile's first ``lora.n_seeds`` seeds.
     fractions : tuple of float, optional
@@ -484,7 +580,7 @@ class LoraStage:
         """
         from crsrepro.encoders import get_encoder_spec
 
-        chosen = lora_cells(profile) if self.cells is None else [tuple(cell) for cell in self.cells]
+        chosen = default_cells(profile) if self.cells is None else [tuple(cell) for cell in self.cells]
         seeds = list(self.seeds or profile.seeds[:profile.lora.n_seeds])
         fractions = list(self.fractions or [f for f in profile.lora.label_fractions if f in profile.label_fractions])
         params = self.lora_params(profile)
@@ -492,7 +588,7 @@ class LoraStage:
         for encoder_id, dataset in chosen:
             prepared = views.view(profile, dataset, self.manifest_dir)
             built = units.encoder(encoder_id, None, "cpu")
-            resolved, spec = params.resolved(built.spec), get_encoder_spec(encoder_id)
+            resolved, spec = params.resolved(built), get_encoder_spec(encoder_id)
             feature_keys = layer_feature_keys(built, feature_requests(profile, prepared))
             todo = []
             for seed in seeds:
@@ -513,32 +609,6 @@ class LoraStage:
                 "epochs": self.lora_params(profile).epochs}
 
 
-def paper_gpu_hours(images_per_second: float | None = None, *, n_seeds: int | None = None, epochs: int | None = None,
-                    fractions=None) -> float:
-    """GPU-hours of the paper's LoRA protocol: its 43 cells x ``n_seeds`` seeds x the label regimes x
-    ``epochs`` epochs (default: the ``paper`` profile's ``lora`` plan), each epoch one pass over the cell's
-    labelled train images (the planner's counts: :data:`crsrepro.run.plan.DATASET_IMAGES` x the train
-    share), at ``images_per_second``.
-
-    The default rate is the planner's ``gpu_lora_vit_b16`` (:data:`crsrepro.run.plan.THROUGHPUTS`): about
-    3,100 img/s for a ViT-B/16 LoRA step in bf16 at batch 128 on one H200 (not measured by this package;
-    ``benchmarks/lora.py`` measures it on a GPU). Every encoder is costed at that one rate;
-    ``crsrepro plan --profile paper`` scales it per encoder.
-
-    >>> round(paper_gpu_hours(), 1)
-    7.0
-    """
-    from crsrepro.run.grid import cells as grid_cells
-    from crsrepro.run.plan import DATASET_IMAGES, SPLIT_SHARES, THROUGHPUTS
-
-    paper = load_profile("paper")
-    plan = paper.lora
-    n_seeds, epochs = n_seeds or plan.n_seeds, epochs or plan.epochs
-    fractions = plan.label_fractions if fractions is None else fractions
-    rate = images_per_second or THROUGHPUTS["gpu_lora_vit_b16"].value
-    per_epoch = sum(DATASET_IMAGES[dataset][0] * SPLIT_SHARES["train"] for _, dataset in grid_cells(paper))
-    return per_epoch * sum(fractions) * n_seeds * epochs / rate / 3600
-
-
-__all__ = ["FineTuned", "LoraError", "LoraParams", "LoraStage", "STAGE", "adapt", "adaptable", "base_state",
-           "finetune", "lora_cells", "lora_targets", "paper_gpu_hours", "rowset_key", "score", "train"]
+__all__ = ["FineTuned", "LoraError", "LoraParams", "LoraStage", "STAGE", "StepCheck", "adapt", "adaptable",
+           "base_state", "default_cells", "finetune", "lora_targets", "rowset_key",
+           "score", "step_check", "train"]

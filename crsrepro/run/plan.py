@@ -26,10 +26,14 @@ The cost model is [ours], stated here once:
   times a constant measured by ``benchmarks/probes.py`` (torch L-BFGS, 1 thread, CPU). The control
   probes are costed like the linear probe (not measured); recalibrators and scoring are counted but
   cost next to nothing.
-- LoRA trains at the LoRA/forward rate ratio of ViT-B/16 times the encoder's forward rate, on a GPU for
-  the paper's encoders and on the CPU for the demo's networks (an encoder without depth taps, a fixed
-  feature extractor, gets no LoRA); each fine-tuned model is then scored on val, the test split under
-  every condition and the transfer sets (forward passes at the encoder's forward rate).
+- LoRA is priced on the cells the LoRA stage fine-tunes (:func:`crsrepro.run.lora.default_cells`: the
+  encoders with declared LoRA targets, less the plan's ``lora.exclude``; for ``paper`` all 43), for the
+  profile's ``lora`` plan (its seeds and label fractions, as :class:`crsrepro.run.lora.LoraStage` runs
+  them), under the fixed step budget (every fraction trains for ``lora.epochs`` passes over the full
+  train split, :meth:`crsrepro.run.lora.LoraParams.budget`) at the GPU batch of :data:`LORA`. It trains at
+  the LoRA/forward rate ratio of ViT-B/16 times the encoder's forward rate, on a GPU for the paper's
+  encoders and on the CPU for the demo's networks; each fine-tuned model is then scored on val, the test
+  split under every condition and the transfer sets (forward passes at the encoder's forward rate).
 - A dataset's image count is ``demo_world.n_images`` for a demo-world profile, else ``data.subsample``
   where set, else the release's count in :data:`DATASET_IMAGES`.
 """
@@ -42,7 +46,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.profiles import Profile, as_profile
+from crsrepro.profiles import Profile, as_profile, load_profile
 from crsrepro.core.vocab import RECALIBRATORS
 
 #: Images per dataset as used by the paper's protocol (frontal views for CheXpert and MIMIC-CXR), with
@@ -61,9 +65,9 @@ DATASET_IMAGES: dict[str, tuple[int, str]] = {
 
 #: The split of a dataset (DESIGN.md section 3): the fixed test split and each seed's train / val.
 SPLIT_SHARES = {"train": 0.70, "val": 0.10, "test": 0.20}
-#: LoRA protocol (DESIGN.md section 11): rank 8, 8 epochs, 3 seeds, batch 128, on the label
-#: fractions of the profile. [ours] an epoch is one pass over the *labelled* train images of a fraction.
-LORA = {"seeds": 3, "epochs": 8, "batch_size": 128}
+#: The LoRA batch the planner prices (the GPU protocol's, ``benchmarks/lora.py``); the seeds, fractions and
+#: epochs are the profile's ``lora`` plan.
+LORA = {"batch_size": 128}
 
 
 @dataclass(frozen=True)
@@ -186,6 +190,7 @@ def plan(profile: Profile | str) -> Plan:
     from crsrepro.data import get_dataset_spec
     from crsrepro.encoders import get_encoder_spec
     from crsrepro.run.grid import cells
+    from crsrepro.run.lora import default_cells
     from crsrepro.run.views import conditions_for
 
     profile = as_profile(profile)
@@ -216,6 +221,9 @@ def plan(profile: Profile | str) -> Plan:
     probe_unit = THROUGHPUTS["cpu_linear_probe"].value
     linear_s = control_s = 0.0
     lora_images_by_encoder, lora_scored_by_encoder = {}, {}
+    lora_cells = set(default_cells(profile))
+    lora_seeds = len(profile.seeds[:profile.lora.n_seeds])
+    lora_fractions = [f for f in profile.lora.label_fractions if f in profile.label_fractions]
     n_runs = 0
     for encoder, dataset in the_cells:
         spec, row = get_encoder_spec(encoder), images.loc[dataset]
@@ -225,11 +233,11 @@ def plan(profile: Profile | str) -> Plan:
         linear_s += n_seeds * sum(per_fit(f) for f in fractions)
         control_s += n_seeds * len(profile.control_probes.probes) * sum(per_fit(f) for f in control_fractions)
         n_runs += n_seeds * len(fractions) * len(conditions_for(profile, dataset))
-        adaptable = len(spec.layer_taps) > 1  # a network (it has depth taps); a fixed extractor has no LoRA
-        seen = adaptable * LORA["seeds"] * LORA["epochs"] * sum(math.ceil(row.train * f / LORA["batch_size"]) * LORA["batch_size"]
-                                                    for f in fractions)
-        scored = adaptable * LORA["seeds"] * len(fractions) * (row.test * len(conditions) + row.val
-                                                   + sum(images.loc[t].total for t in profile.transfer_targets(dataset)))
+        fine_tunes = lora_seeds * len(lora_fractions) * ((encoder, dataset) in lora_cells)
+        # the fixed step budget: every fraction trains lora.epochs passes' worth of the full train split
+        seen = fine_tunes * profile.lora.epochs * math.ceil(row.train / LORA["batch_size"]) * LORA["batch_size"]
+        scored = fine_tunes * (row.test * len(conditions) + row.val
+                               + sum(images.loc[t].total for t in profile.transfer_targets(dataset)))
         lora_images_by_encoder[encoder] = lora_images_by_encoder.get(encoder, 0) + seen
         lora_scored_by_encoder[encoder] = lora_scored_by_encoder.get(encoder, 0) + scored
 
@@ -276,4 +284,31 @@ def plan(profile: Profile | str) -> Plan:
     return Plan(profile.name, images.reset_index(drop=True), forward, per_encoder, stages, n_runs)
 
 
-__all__ = ["CPU_FORWARD", "DATASET_IMAGES", "LORA", "Plan", "SPLIT_SHARES", "THROUGHPUTS", "Throughput", "plan"]
+def paper_gpu_hours(images_per_second: float | None = None, *, n_seeds: int | None = None, epochs: int | None = None,
+                    fractions=None) -> float:
+    """GPU-hours of the paper's LoRA protocol: its LoRA cells (:func:`crsrepro.run.lora.default_cells`, all
+    43) x ``n_seeds`` seeds x the label regimes x ``epochs`` epochs (default: the ``paper`` profile's
+    ``lora`` plan). Under the fixed step budget (:meth:`crsrepro.run.lora.LoraParams.budget`) every label
+    regime trains for ``epochs`` passes' worth of the cell's *full* train split (:data:`DATASET_IMAGES` x
+    the train share), at ``images_per_second``.
+
+    The default rate is the planner's ``gpu_lora_vit_b16`` (:data:`THROUGHPUTS`): about
+    3,100 img/s for a ViT-B/16 LoRA step in bf16 at batch 128 on one H200 (not measured by this package;
+    ``benchmarks/lora.py`` measures it on a GPU). Every encoder is costed at that one rate;
+    ``crsrepro plan --profile paper`` scales it per encoder.
+
+    >>> round(paper_gpu_hours(), 1)
+    24.8
+    """
+    from crsrepro.run.lora import default_cells
+
+    paper = load_profile("paper")
+    n_seeds, epochs = n_seeds or paper.lora.n_seeds, epochs or paper.lora.epochs
+    fractions = paper.lora.label_fractions if fractions is None else fractions
+    rate = images_per_second or THROUGHPUTS["gpu_lora_vit_b16"].value
+    per_epoch = sum(DATASET_IMAGES[dataset][0] * SPLIT_SHARES["train"] for _, dataset in default_cells(paper))
+    return per_epoch * len(fractions) * n_seeds * epochs / rate / 3600
+
+
+__all__ = ["CPU_FORWARD", "DATASET_IMAGES", "LORA", "Plan", "SPLIT_SHARES", "THROUGHPUTS", "Throughput", "paper_gpu_hours",
+           "plan"]

@@ -28,7 +28,7 @@ import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import content_key
-from crsrepro.core.schema import FINAL, FROZEN, case_key
+from crsrepro.core.schema import FINAL, FROZEN, case_key, fraction_case_key
 from crsrepro.core.vocab import CLEAN, LINEAR, NO_RECALIBRATION, RECALIBRATORS
 from crsrepro.profiles import Profile
 from crsrepro.run.results import CACHE_VERSION
@@ -284,8 +284,8 @@ class Unit:
     def score(self, fraction: float, probe, feats: dict, cases: dict, *, recalibrate: bool = True) -> list[dict]:
         """The rows of one fitted probe (anything with ``predict_proba``) under every condition, from
         ``feats`` (``{"pool": X, "test": {condition: X}, <transfer>: X}``); for the full-label linear probe
-        also the per-case arrays, into ``cases``, and, with ``recalibrate``, the recalibrated rows (the
-        depth sweep has none)."""
+        also the per-case arrays, into ``cases``, and, with ``recalibrate``, the recalibrated rows and the
+        smaller fractions' clean test probabilities (the depth sweep has neither)."""
         base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
                     label_fraction=float(fraction), probe=self.probe, layer=FINAL, regime=FROZEN,
                     probe_C=float(getattr(probe, "C_", np.nan)), converged=bool(getattr(probe, "converged_", True)),
@@ -296,6 +296,8 @@ class Unit:
         for condition, probs in test_probs.items():
             rows += _rows({**base, "condition": condition, "recalibrator": NO_RECALIBRATION},
                           score_probabilities(self.view.task, self._labels(condition), self._probs(probs, condition)))
+        if self.probe == LINEAR and fraction < 1.0 and recalibrate:
+            cases[fraction_case_key(fraction)] = test_probs[CLEAN]
         if self.probe == LINEAR and fraction == 1.0:
             val_probs = probe.predict_proba(feats["pool"][self.val_rows])
             cases.update({case_key("probs", c, NO_RECALIBRATION): self._probs(p, c) for c, p in test_probs.items()})

@@ -2,9 +2,10 @@
 
 The frame (:class:`crsrepro.score.crs.ReferenceFrame`: anchors, weights and the panel's reliability
 profiles) is frozen from a complete run by an explicit act, ``crsrepro freeze-frame``
-(:func:`freeze_frame`), and saved in the manifest folder beside the split manifests; reading it
-(:func:`reference_frame`) never writes it. :func:`frame_for_book` is the book's one freezing step, for a
-demo-world profile only.
+(:func:`freeze_run_frame`, which reads the run's merged results and never computes one: with no run, or
+an incomplete one, it refuses and names the missing cells and the command that computes them), and saved
+in the manifest folder beside the split manifests; reading it (:func:`reference_frame`) never writes it.
+:func:`frame_for_book` is the book's one freezing step, for a demo-world profile only.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import git_hash, manifest_dir as default_manifest_dir
 from crsrepro.core.schema import GRID_COLUMNS, PRIMARY, is_transfer
 from crsrepro.profiles import Profile, as_profile
-from crsrepro.run.grid import enumerate_runs
+from crsrepro.run.grid import GridStage, enumerate_runs
 from crsrepro.run.results import results_hash, runs_table
+from crsrepro.run.stages import read_stage
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +73,8 @@ def freeze_frame(profile: Profile | str, results: pd.DataFrame, *, manifest_dir:
     profile = as_profile(profile)
     missing = missing_runs(profile, results)
     if len(missing):
-        gaps = missing[["encoder", "dataset", "seed"]].drop_duplicates()
-        named = "; ".join(f"{r.encoder} on {r.dataset} seed {r.seed}" for r in gaps.head(5).itertuples())
-        raise CrsreproError(f"profile {profile.name!r}: the run is incomplete ({len(missing)} runs missing, in "
-                            f"{len(gaps)} cell-seeds: {named}{' ...' if len(gaps) > 5 else ''}); "
-                            f"finish `crsrepro run --profile {profile.name}` before freezing the frame")
+        raise CrsreproError(f"profile {profile.name!r}: the run is incomplete ({_missing_cells(missing)}); finish "
+                            f"`crsrepro run --profile {profile.argument}` before freezing the frame")
     path = frame_path(profile, manifest_dir)
     if path.is_file() and not overwrite:
         raise CrsreproError(f"{path} exists: a frozen frame is never silently replaced; pass --overwrite to "
@@ -87,6 +86,38 @@ def freeze_frame(profile: Profile | str, results: pd.DataFrame, *, manifest_dir:
     frame.save(path)
     log.info("froze the %s reference frame to %s", profile.name, path)
     return frame
+
+
+def _missing_cells(missing: pd.DataFrame, shown: int = 5) -> str:
+    """``missing`` (rows of :func:`missing_runs`) in words: the run count and the first (encoder, dataset)
+    cells with the seeds they lack."""
+    seeds = missing.groupby(["encoder", "dataset"], sort=False)["seed"].unique()
+    named = "; ".join(f"{encoder} on {dataset} (seed{'s' if len(s) > 1 else ''} {', '.join(map(str, sorted(s)))})"
+                      for (encoder, dataset), s in seeds.head(shown).items())
+    return (f"{len(missing)} run{'s' if len(missing) > 1 else ''} missing, in {len(seeds)} "
+            f"cell{'s' if len(seeds) > 1 else ''}: {named}"
+            f"{f' and {len(seeds) - shown} more' if len(seeds) > shown else ''}")
+
+
+def freeze_run_frame(profile: Profile | str, *, manifest_dir: Path | None = None, overwrite: bool = False):
+    """``crsrepro freeze-frame``: :func:`freeze_frame` from the profile's merged grid results, which are read
+    (:func:`crsrepro.run.stages.read_stage`), never computed. Freezing is an explicit, cheap act: on the
+    paper profile a run that it started would be a GPU-day.
+
+    Raises
+    ------
+    CrsreproError
+        No grid results (the message names the missing cells: all of them, and ``crsrepro run``), an
+        incomplete, corrupt or stale table, or an existing frame without ``overwrite``.
+    """
+    profile = as_profile(profile)
+    stage = GridStage()
+    merged = stage.store(profile).merged_path
+    if not merged.is_file():
+        raise CrsreproError(f"profile {profile.name!r} has no grid results at {merged} "
+                            f"({_missing_cells(enumerate_runs(profile))}); freeze-frame never runs the grid: run "
+                            f"`crsrepro run --profile {profile.argument}` first")
+    return freeze_frame(profile, read_stage(profile, stage), manifest_dir=manifest_dir, overwrite=overwrite)
 
 
 def frame_for_book(profile: Profile | str, results: pd.DataFrame, *, manifest_dir: Path | None = None) -> Path | None:
@@ -117,4 +148,5 @@ def reference_frame(profile: Profile | str, *, manifest_dir: Path | None = None)
     return ReferenceFrame.load(frame_path(as_profile(profile), manifest_dir))
 
 
-__all__ = ["frame_for_book", "frame_path", "freeze_frame", "missing_runs", "reference_frame", "scored_runs"]
+__all__ = ["frame_for_book", "frame_path", "freeze_frame", "freeze_run_frame", "missing_runs", "reference_frame",
+           "scored_runs"]

@@ -36,7 +36,8 @@ import torch
 from scipy.stats import rankdata
 from tqdm import tqdm
 
-from crsrepro.core.metrics import expected_calibration_error, macro_auroc
+from crsrepro.core.metrics import (expected_calibration_error, label_efficiency_retention, macro_auroc,
+                                   robustness_raw)
 from crsrepro.score.crs import (DIMENSIONS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
                                 score_by_dataset)
 from crsrepro.score.dimensions import ProfileTableError
@@ -198,9 +199,80 @@ def rank_agreement(a: Mapping[str, float], b: Mapping[str, float]) -> RankAgreem
 
 # --------------------------------------------------------------------------- bootstrap results
 
+INTERVAL_METHODS = ("percentile", "basic")
+
+
+def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
+                       method: str = "percentile") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The book's bootstrap interval (DESIGN.md section 10): an interval that always holds its estimate.
+
+    With the plug-in estimate ``t`` and the replicates' quantiles ``q_lo, q_med, q_hi`` (at
+    ``(1 - level) / 2``, 0.5 and ``(1 + level) / 2``):
+
+    - ``method="percentile"`` (every statistic but the ECE): the estimate is the plug-in ``t`` and the
+      interval the percentile interval of the replicates *centred on it*,
+      ``[t + q_lo - q_med, t + q_hi - q_med]`` **[ours]**. It keeps the replicates' shape (a
+      lopsided or two-humped spread, as a paired CRS difference has when the Pareto term flips) and
+      equals the plain percentile interval when the replicates' median is the plug-in; when resampling
+      shifts them (a resample of the test cases lowers every encoder's calibration a little, and with
+      it the CRS), the shift is not mistaken for uncertainty about ``t``.
+    - ``method="basic"`` (the ECE and ECE gaps, which resampling inflates: a binned ECE on a resample
+      with duplicated cases sits above the plug-in in most replicates): the estimate is the
+      bias-corrected ``2 t - q_med`` and the interval the basic (reverse-percentile) interval
+      ``[2 t - q_hi, 2 t - q_lo]`` (Davison & Hinkley 1997, section 5.2), a debiased ECE with its
+      interval **[ours: the median, not the mean, estimates the bias, so the estimate always lies in
+      its interval]**.
+
+    Both intervals contain their estimate by construction (``q_lo <= q_med <= q_hi``).
+
+    Parameters
+    ----------
+    estimate : float or array (...)
+        The plug-in estimate(s) ``t``.
+    replicates : array (B, ...)
+        One bootstrap replicate per row, one column per estimate; NaN replicates (an AUROC with one
+        class in the resample) are left out.
+    level : float, default 0.95
+    method : {"percentile", "basic"}, default "percentile"
+
+    Returns
+    -------
+    estimate, ci_low, ci_high : arrays of the shape of ``estimate``
+
+    Examples
+    --------
+    >>> reps = np.array([0.12, 0.13, 0.14, 0.15, 0.16])
+    >>> [round(float(v), 3) for v in bootstrap_interval(0.10, reps, level=0.5)]
+    [0.1, 0.09, 0.11]
+    >>> [round(float(v), 3) for v in bootstrap_interval(0.10, reps, level=0.5, method="basic")]
+    [0.06, 0.05, 0.07]
+    """
+    check_level(level)
+    if method not in INTERVAL_METHODS:
+        raise ValueError(f"method must be one of {', '.join(INTERVAL_METHODS)}, got {method!r}")
+    t = np.asarray(estimate, float)
+    reps = np.asarray(replicates, float).reshape(-1, *t.shape)
+    q_lo, q_med, q_hi = np.nanquantile(reps, [(1 - level) / 2, 0.5, (1 + level) / 2], axis=0)
+    if method == "basic":
+        return 2 * t - q_med, 2 * t - q_hi, 2 * t - q_lo
+    return t, t + q_lo - q_med, t + q_hi - q_med
+
+
+def interval_table(estimate: pd.Series, replicates: pd.DataFrame, level: float = 0.95, *,
+                   method: str = "percentile") -> pd.DataFrame:
+    """By index of ``estimate``: ``estimate, ci_low, ci_high`` (:func:`bootstrap_interval`) and the
+    ``plug_in`` (the same as ``estimate`` unless ``method="basic"``); ``replicates`` has one column per
+    index entry."""
+    columns = estimate.index
+    est, low, high = bootstrap_interval(estimate.to_numpy(float), replicates[columns].to_numpy(float), level,
+                                        method=method)
+    return pd.DataFrame({"estimate": est, "ci_low": low, "ci_high": high, "plug_in": estimate.to_numpy(float)},
+                        index=columns)
+
+
 @dataclass(frozen=True)
 class PairedDifference:
-    """A paired difference ``a - b`` with its percentile bootstrap interval."""
+    """A paired difference ``a - b`` with its bootstrap interval (:func:`bootstrap_interval`)."""
 
     a: str
     b: str
@@ -209,6 +281,7 @@ class PairedDifference:
     ci_high: float
     level: float
     n_resamples: int
+    plug_in: float
 
 
 @dataclass(frozen=True)
@@ -218,7 +291,7 @@ class BootstrapReplicates:
     Attributes
     ----------
     estimate : Series
-        The statistic on the full sample, by encoder.
+        The statistic on the full sample, by encoder (the plug-in).
     replicates : DataFrame
         One row per replicate, one column per encoder; row r of every column used the same resample.
     """
@@ -231,28 +304,23 @@ class BootstrapReplicates:
         return len(self.replicates)
 
     def paired_diff_ci(self, a: str, b: str, level: float = 0.95) -> PairedDifference:
-        """The percentile interval of the paired difference ``a - b`` over the replicates.
+        """The paired difference ``a - b`` and its interval (:func:`bootstrap_interval`) over the replicates.
 
         Replicates where either value is NaN (e.g. an AUROC with one class in the resample) are
         left out of the interval.
         """
-        check_level(level)
         for e in (a, b):
             if e not in self.replicates.columns:
                 raise ValueError(f"no encoder {e!r} in the bootstrap (has {', '.join(self.replicates.columns)})")
+        plug_in = float(self.estimate[a] - self.estimate[b])
         diff = (self.replicates[a] - self.replicates[b]).dropna().to_numpy()
-        low, high = np.quantile(diff, [(1 - level) / 2, (1 + level) / 2])
-        return PairedDifference(a=a, b=b, estimate=float(self.estimate[a] - self.estimate[b]), ci_low=float(low),
-                                ci_high=float(high), level=level, n_resamples=self.n_resamples)
+        est, low, high = bootstrap_interval(plug_in, diff, level)
+        return PairedDifference(a=a, b=b, estimate=float(est), ci_low=float(low), ci_high=float(high), level=level,
+                                n_resamples=self.n_resamples, plug_in=plug_in)
 
-    def percentile_interval(self, level: float = 0.95) -> pd.DataFrame:
-        """By encoder: ``estimate`` and the percentile interval ``ci_low, ci_high`` of its replicates.
-
-        NaN replicates (an AUROC with one class in the resample) are left out, as in :meth:`paired_diff_ci`.
-        """
-        check_level(level)
-        low, high = (self.replicates.quantile(q) for q in ((1 - level) / 2, (1 + level) / 2))
-        return pd.DataFrame({"estimate": self.estimate, "ci_low": low, "ci_high": high})
+    def interval(self, level: float = 0.95, *, method: str = "percentile") -> pd.DataFrame:
+        """By encoder: ``estimate, ci_low, ci_high, plug_in`` (:func:`interval_table`)."""
+        return interval_table(self.estimate, self.replicates, level, method=method)
 
 
 @dataclass(frozen=True)
@@ -431,7 +499,28 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
         raise ValueError(f"peers must be one of resampled, frozen, got {peers!r}")
     cells, seeds, values = per_seed_array(per_seed_profiles)
     weights = seed_weights(as_generator(rng), n_resamples, len(seeds))
-    p = normalise(np.einsum("bs,csk->bck", weights, values), frame.anchors)  # (replicates, cells, 4)
+    raw = np.einsum("bs,csk->bck", weights, values)  # (replicates, cells, 4)
+    replicates, rank_probabilities = rank_replicates(cells, raw, frame, peers=peers)
+    estimate = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"].reindex(replicates.columns)
+    return SeedBootstrapResult(estimate=estimate, replicates=replicates, rank_probabilities=rank_probabilities)
+
+
+def rank_replicates(cells: pd.DataFrame, raw: np.ndarray, frame: ReferenceFrame, *,
+                    peers: str = "resampled") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Aggregate CRS and rank probabilities of replicated raw profiles: the common end of both CRS bootstraps.
+
+    ``raw`` (replicates, cells, 4) holds each replicate's seed-averaged raw profiles of the ``cells``
+    (``encoder, dataset``); they are normalised with the frame's anchors, scored against the same
+    replicate's peers (:func:`crsrepro.score.crs.score_by_dataset`) and averaged per encoder.
+
+    Returns
+    -------
+    replicates : DataFrame
+        Aggregate CRS, one row per replicate, one column per encoder (sorted).
+    rank_probabilities : DataFrame
+        P(rank = r) per encoder (rows) and rank (columns); ties broken by encoder id **[ours]**.
+    """
+    p = normalise(raw, frame.anchors)
     crs = score_by_dataset(cells, p, frame, peers=peers)["crs"]  # (replicates, cells)
     encoders = np.sort(cells["encoder"].unique())
     membership = (cells["encoder"].to_numpy()[None, :] == encoders[:, None]).astype(float)
@@ -442,37 +531,50 @@ def seed_paired_bootstrap(per_seed_profiles: pd.DataFrame, frame: ReferenceFrame
     rank_probabilities = pd.DataFrame((ranks[:, :, None] == np.arange(1, len(encoders) + 1)).mean(axis=1),
                                       index=pd.Index(encoders, name="encoder"),
                                       columns=pd.RangeIndex(1, len(encoders) + 1, name="rank"))
-    estimate = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"].reindex(encoders)
-    return SeedBootstrapResult(estimate=estimate, replicates=pd.DataFrame(aggregate.T, columns=encoders),
-                               rank_probabilities=rank_probabilities)
+    return pd.DataFrame(aggregate.T, columns=encoders), rank_probabilities
 
 
 # --------------------------------------------------------------------------- case-level bootstrap
 
-def _weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+def _weighted_aurocs(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor,
+                     max_elements: int = 20_000_000) -> torch.Tensor:
+    """The AUROC of many binary score columns for each row of ``counts`` (case multiplicities).
+
+    ``y`` (L, N) holds 0/1 targets with NaN for masked entries, ``score`` (G, N) the scores, G a multiple
+    of L, column g scored against the targets ``y[g mod L]`` (so seeds and conditions can be stacked over
+    one label matrix); ``counts`` (B, N) one replicate per row; returns (G, B). Per column, cases are sorted once
+    by score and grouped into ties; a replicate's AUROC is sum_g P_g (N_<g + N_g / 2) / (P N), with P_g
+    and N_g its positive and negative weight in tie group g. A column with no positive or no negative
+    weight is NaN. Columns are processed in chunks of at most ``max_elements`` (columns x B x N).
+    """
+    n_columns, n_cases = score.shape
+    out = torch.empty(n_columns, counts.shape[0], dtype=torch.float64, device=score.device)
+    step = max(1, max_elements // max(1, counts.shape[0] * n_cases))
+    for start in range(0, n_columns, step):
+        sc = score[start:start + step].double()
+        tg = y[torch.arange(start, start + len(sc), device=y.device) % y.shape[0]]
+        order = torch.argsort(sc, dim=1)
+        s, t = torch.gather(sc, 1, order), torch.gather(tg, 1, order)
+        new_group = torch.cat([torch.zeros_like(s[:, :1], dtype=torch.long), (s[:, 1:] != s[:, :-1]).long()], 1)
+        group = torch.cumsum(new_group, 1)  # (g, N)
+        c = counts.T[order].permute(0, 2, 1)  # (g, B, N): each column's cases in its sorted order
+        index = group[:, None, :].expand_as(c)
+        pos = torch.zeros_like(c).scatter_add_(2, index, c * torch.nan_to_num(t, nan=0.0)[:, None, :])
+        neg = torch.zeros_like(c).scatter_add_(2, index, c * torch.nan_to_num(1 - t, nan=0.0)[:, None, :])
+        below = torch.cumsum(neg, 2) - neg
+        total = pos.sum(2) * neg.sum(2)
+        out[start:start + step] = (pos * (below + neg / 2)).sum(2) / torch.where(total > 0, total, torch.nan)
+    return out
+
+
+def weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Macro AUROC for each row of ``counts`` (case multiplicities), one-vs-rest columns.
 
-    ``y`` (N, L) holds 0/1 with NaN for masked entries, ``score`` (N, L), ``counts`` (B, N). Per column,
-    cases are sorted once by score and grouped into ties; a replicate's AUROC is
-    sum_g P_g (N_<g + N_g / 2) / (P N), with P_g and N_g its positive and negative weight in tie group g.
-    A column with no positive or no negative weight is NaN and left out of the mean (as
-    :func:`crsrepro.core.metrics.macro_auroc` skips it).
+    ``y`` (N, L) holds 0/1 with NaN for masked entries, ``score`` (N, L), ``counts`` (B, N); the
+    columns' AUROCs are :func:`_weighted_aurocs`. A column with no positive or no negative weight is
+    NaN and left out of the mean (as :func:`crsrepro.core.metrics.macro_auroc` skips it).
     """
-    per_column = []
-    for k in range(y.shape[1]):
-        order = torch.argsort(score[:, k])
-        s, t = score[order, k], y[order, k]
-        group = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.long, device=s.device),
-                                        (s[1:] != s[:-1]).long()]), 0)
-        n_groups = int(group[-1]) + 1
-        c = counts[:, order]
-        pos = torch.zeros(c.shape[0], n_groups, dtype=c.dtype, device=c.device).index_add_(
-            1, group, c * torch.nan_to_num(t, nan=0.0))
-        neg = torch.zeros_like(pos).index_add_(1, group, c * torch.nan_to_num(1 - t, nan=0.0))
-        below = torch.cumsum(neg, 1) - neg
-        total = pos.sum(1) * neg.sum(1)
-        per_column.append((pos * (below + neg / 2)).sum(1) / torch.where(total > 0, total, torch.nan))
-    return torch.nanmean(torch.stack(per_column, 1), 1)
+    return torch.nanmean(_weighted_aurocs(y.T, score.T, counts), 0)
 
 
 def _case_counts(generator: np.random.Generator, n_replicates: int, n_cases: int) -> np.ndarray:
@@ -539,13 +641,13 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
         b = min(batch_size, n_resamples - start)
         counts_t = torch.as_tensor(_case_counts(generator, b, n_cases), dtype=torch.float64, device=dev)
         for j, e in enumerate(encoders):
-            out[start:start + b, j] = _weighted_macro_auroc(y_t, score_t[e], counts_t).cpu().numpy()
+            out[start:start + b, j] = weighted_macro_auroc(y_t, score_t[e], counts_t).cpu().numpy()
     return BootstrapReplicates(estimate=estimate, replicates=pd.DataFrame(out, columns=encoders))
 
 
 # --------------------------------------------------------------------------- two-level bootstrap
 
-def _weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, task: str,
+def weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, task: str,
                   n_bins: int) -> torch.Tensor:
     """ECE for each row of ``counts`` (case multiplicities), as :func:`crsrepro.core.metrics.expected_calibration_error`.
 
@@ -598,9 +700,9 @@ class TwoLevelBootstrapResult:
     resample_cases: bool
 
     def summary(self, level: float = 0.95) -> pd.DataFrame:
-        """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, ece, ece_ci_low, ece_ci_high`` (percentile)."""
-        parts = [self.auroc.percentile_interval(level).add_prefix("auroc_"),
-                 self.ece.percentile_interval(level).add_prefix("ece_")]
+        """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, auroc_plug_in`` and the same for ``ece`` (:func:`bootstrap_interval`)."""
+        parts = [self.auroc.interval(level).add_prefix("auroc_"),
+                 self.ece.interval(level, method="basic").add_prefix("ece_")]
         out = pd.concat(parts, axis=1).rename(columns={"auroc_estimate": "auroc", "ece_estimate": "ece"})
         out.index.name = "encoder"
         return out
@@ -630,7 +732,7 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
     probs : mapping of encoder id to array of shape (S, N, K)
         Each encoder's per-case test probabilities of the full-label probe, one slice per run seed:
         the same S seeds in the same order and the same N cases in the same order for every encoder.
-        float16 is accepted (the compact store); values are computed in float64.
+        Any float dtype is accepted; values are computed in float64.
     task : {"multiclass", "multilabel"}
     n_resamples : int, default 1000 **[ours]**
     rng : int or numpy Generator, default 0
@@ -694,8 +796,8 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
             per_seed = {"auroc": [], "ece": []}
             for s in range(n_seeds):
                 prob = stored[e][s].double()
-                per_seed["auroc"].append(_weighted_macro_auroc(y_auroc, prob, counts_t))
-                per_seed["ece"].append(_weighted_ece(y, prob, counts_t, task=task, n_bins=n_bins))
+                per_seed["auroc"].append(weighted_macro_auroc(y_auroc, prob, counts_t))
+                per_seed["ece"].append(weighted_ece(y, prob, counts_t, task=task, n_bins=n_bins))
             for m in out:
                 out[m][start:start + b, j] = (w * torch.stack(per_seed[m], 1)).sum(1).cpu().numpy()
     return TwoLevelBootstrapResult(
@@ -703,3 +805,284 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
         ece=BootstrapReplicates(estimate=pd.Series(ece), replicates=pd.DataFrame(out["ece"], columns=encoders)),
         n_seeds=n_seeds, n_cases=n_cases, resample_cases=resample_cases)
 
+
+
+# --------------------------------------------------------------------------- the CRS bootstrap over seeds and cases
+
+@dataclass(frozen=True)
+class DatasetCases:
+    """One dataset's per-case test probabilities, the input of :func:`crs_bootstrap`.
+
+    Every array is ``(seeds, cases, classes or labels)``, the same seeds in the same order for every
+    encoder, and keyed by encoder id.
+
+    Attributes
+    ----------
+    task : {"multiclass", "multilabel"}
+    labels : array
+        The test split's labels: class ids (N,) or 0/1/NaN (N, L).
+    clean : dict
+        The full-label probe on the clean test split (D, C, and the reference of R and L).
+    perturbed : dict
+        ``{condition: {encoder: array}}``: the full-label probe on each perturbed copy of the same N
+        test cases (R).
+    fractions : dict
+        ``{label fraction < 1: {encoder: array}}``: the probe fitted on that fraction, on the clean
+        test split (L).
+    transfers : dict
+        ``{transfer set: (labels (M, ...), {encoder: array (seeds, M, shared labels)})}``: the full-label
+        probe scored without retraining on another hospital's cases (one more drop of R).
+    """
+
+    task: str
+    labels: np.ndarray
+    clean: dict
+    perturbed: dict
+    fractions: dict
+    transfers: dict
+
+    def take_seeds(self, index) -> "DatasetCases":
+        """The same cases for the seeds at positions ``index`` of the seed axis."""
+        def take(arrays: dict) -> dict:
+            return {e: np.asarray(a)[index] for e, a in arrays.items()}
+
+        return DatasetCases(task=self.task, labels=self.labels, clean=take(self.clean),
+                            perturbed={c: take(a) for c, a in self.perturbed.items()},
+                            fractions={f: take(a) for f, a in self.fractions.items()},
+                            transfers={t: (labels, take(a)) for t, (labels, a) in self.transfers.items()})
+
+
+@dataclass(frozen=True)
+class CrsBootstrapResult(SeedBootstrapResult):
+    """The two-level (seeds x test cases) bootstrap of the CRS (DESIGN.md section 10).
+
+    Attributes
+    ----------
+    estimate, replicates, rank_probabilities
+        As :class:`SeedBootstrapResult`: the published aggregate CRS, one replicate per row, P(rank).
+    cells : DataFrame
+        ``encoder, dataset``: the rows of the profile arrays.
+    profiles : array (cells, 4)
+        The seed-mean raw profiles (D, C, L, R in :data:`crsrepro.score.crs.DIMENSIONS` order) of the
+        published table: the plug-in of every dimension's interval.
+    profile_replicates : array (replicates, cells, 4)
+        Each replicate's seed-mean raw profiles, recomputed from the per-case probabilities.
+    resample_cases : bool
+        False for the seed-only variant (every case once: the paper's bootstrap, from the same cases).
+    """
+
+    cells: pd.DataFrame
+    profiles: np.ndarray
+    profile_replicates: np.ndarray
+    resample_cases: bool
+
+    def summary(self, level: float = 0.95) -> pd.DataFrame:
+        """One row per encoder, best estimate first: ``encoder, estimate, ci_low, ci_high, plug_in``
+        (:func:`interval_table` of the aggregate CRS), ``p_rank1`` and ``p_top3``."""
+        table = self.interval(level).join(self.p_rank1).join(self.p_top3)
+        table.index.name = "encoder"
+        return table.sort_values("plug_in", ascending=False).reset_index()
+
+    def leader_difference(self, level: float = 0.95) -> PairedDifference:
+        """The paired difference leader minus runner-up (by the published CRS) with its interval."""
+        order = self.estimate.sort_values(ascending=False).index
+        if len(order) < 2:
+            raise ValueError("a leader-minus-runner-up difference needs at least two encoders")
+        return self.paired_diff_ci(order[0], order[1], level)
+
+    def dimension_intervals(self, level: float = 0.95) -> pd.DataFrame:
+        """By (dataset, encoder): each raw dimension with ``<dim>_ci_low, <dim>_ci_high, <dim>_plug_in``
+        (:func:`bootstrap_interval` of the seed-mean profiles; the ECE's ``basic``, so ``ece`` is the
+        bias-corrected estimate) and ``<dim>_width``."""
+        index = pd.MultiIndex.from_frame(self.cells[["dataset", "encoder"]])
+        out = pd.DataFrame(index=index)
+        for k, dim in enumerate(DIMENSIONS):
+            est, low, high = bootstrap_interval(self.profiles[:, k], self.profile_replicates[:, :, k], level,
+                                                method="basic" if dim == "ece" else "percentile")
+            out[dim], out[f"{dim}_ci_low"], out[f"{dim}_ci_high"] = est, low, high
+            out[f"{dim}_plug_in"], out[f"{dim}_width"] = self.profiles[:, k], high - low
+        return out.sort_index()
+
+
+def _where_finite(function, values: np.ndarray) -> np.ndarray:
+    """``function`` of the last axis of ``values`` where that axis is finite, NaN elsewhere (a dimension
+    of a replicate whose cases leave an AUROC undefined)."""
+    finite = np.isfinite(values).all(axis=-1)
+    out = np.asarray(function(np.where(np.isfinite(values), values, 0.5)), float)
+    return np.where(finite, out, np.nan)
+
+
+def default_device() -> str:
+    """``"cuda"`` when torch sees a GPU, else ``"cpu"``: where the case bootstraps run by default."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_cases(dataset: str, cases: DatasetCases, encoders: list[str]) -> tuple[int, int]:
+    """(seeds, cases) of one dataset's arrays, checked: every array is (S, N, K) for the same S and N."""
+    n_cases = len(cases.labels)
+    if not cases.perturbed:
+        raise ValueError(f"{dataset}: no perturbed condition: robustness needs at least one")
+    if not cases.fractions:
+        raise ValueError(f"{dataset}: no smaller label fraction: retention needs at least one")
+    groups = [("clean", cases.clean, n_cases)]
+    groups += [(c, arrays, n_cases) for c, arrays in cases.perturbed.items()]
+    groups += [(f"fraction {f:g}", arrays, n_cases) for f, arrays in cases.fractions.items()]
+    groups += [(t, arrays, len(labels)) for t, (labels, arrays) in cases.transfers.items()]
+    n_seeds = None
+    for name, arrays, n in groups:
+        missing = [e for e in encoders if e not in arrays]
+        if missing:
+            raise ValueError(f"{dataset}, {name}: no per-case probabilities for {', '.join(missing)}")
+        for e in encoders:
+            shape = np.shape(arrays[e])
+            if len(shape) != 3 or shape[1] != n or (n_seeds is not None and shape[0] != n_seeds):
+                raise ValueError(f"{dataset}, {name}, {e}: probabilities of shape {shape}, expected "
+                                 f"({n_seeds or 'seeds'}, {n} cases, classes)")
+            n_seeds = shape[0]
+    return n_seeds, n_cases
+
+
+def _one_hot(labels: np.ndarray, task: str, n_classes: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels for the weighted ECE (class ids or 0/1/NaN) and for the weighted AUROC (one column per class)."""
+    y = torch.as_tensor(np.asarray(labels, float), dtype=torch.float64, device=device)
+    if task == "multiclass":
+        return y.long(), torch.nn.functional.one_hot(y.long(), n_classes).double()
+    return y, y
+
+
+def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *,
+                  n_resamples: int = 1000, rng=0, device: str | None = None, resample_cases: bool = True,
+                  n_bins: int = 15, batch_size: int = 100, progress: bool = False) -> CrsBootstrapResult:
+    """The two-level bootstrap of the CRS: seeds *and* test cases in one shared draw (DESIGN.md section 10).
+
+    Beyond the paper, whose bootstrap resamples only the seeds (:func:`seed_paired_bootstrap`), so
+    that its P(rank 1) and CRS intervals are conditional on one test set. Each replicate draws
+
+    - S seeds with replacement (the draw of :func:`seed_weights`, shared by every dataset and encoder,
+      the same stream as :func:`seed_paired_bootstrap` with the same ``rng``), and
+    - per dataset, N test cases with replacement, shared by every encoder, seed and perturbed
+      condition (the perturbed conditions degrade the same images), and per transfer set its M cases.
+
+    For every encoder, dataset and drawn seed it recomputes, on the drawn cases, the four dimensions
+    from the per-case probabilities as :func:`crsrepro.score.dimensions.reliability_profiles` does from
+    the whole test set: D (:func:`crsrepro.core.metrics.macro_auroc`) and C
+    (:func:`crsrepro.core.metrics.expected_calibration_error`) on the clean cases, R
+    (:func:`crsrepro.core.metrics.robustness_raw`) from the drops to every perturbed condition and
+    transfer set, and L (:func:`crsrepro.core.metrics.label_efficiency_retention`) from the smaller
+    fractions. The replicate's profile of a cell is the mean over the drawn seeds, and the replicates
+    end as the seed bootstrap's do (:func:`rank_replicates`: the frame's anchors and weights, peers
+    from the same replicate). Seeds and cases are crossed factors resampled independently, which is
+    known to be mildly conservative (Owen 2007, the "pigeonhole" bootstrap).
+
+    All replicates of a batch are tensors on ``device`` (a GPU when there is one, the CPU
+    otherwise); the draws come from numpy, so a seed gives the same replicates on either.
+
+    Parameters
+    ----------
+    cases : mapping of dataset to DatasetCases
+    per_seed_profiles : DataFrame
+        The run's per-seed reliability profiles (the published table): the point estimates. The
+        profiles recomputed from the cases with every case and seed once must match them (checked,
+        to 1e-4), so the cases cannot belong to another run.
+    frame : ReferenceFrame
+    n_resamples : int, default 1000 **[ours]**
+    rng : int or numpy Generator, default 0
+    device : str, optional
+        A torch device; default :func:`default_device`.
+    resample_cases : bool, default True
+        False keeps every case once: the seed-only bootstrap, the paper's, from the same code.
+    n_bins : int, default 15
+    batch_size : int, default 100 **[ours]**
+        Replicates per batch (memory about ``batch_size x N x 8`` bytes per tensor).
+    progress : bool, default False
+
+    Returns
+    -------
+    CrsBootstrapResult
+    """
+    _check_n_resamples(n_resamples)
+    cells, seeds, values = per_seed_array(per_seed_profiles)
+    datasets = sorted(cells["dataset"].unique())
+    missing = [d for d in datasets if d not in cases]
+    if missing:
+        raise ValueError(f"no per-case probabilities for dataset(s) {', '.join(missing)}")
+    encoders_of = {d: cells.loc[cells["dataset"] == d, "encoder"].tolist() for d in datasets}
+    shapes = {d: _check_cases(d, cases[d], encoders_of[d]) for d in datasets}
+    n_seeds = {s for s, _ in shapes.values()}
+    if n_seeds != {len(seeds)}:
+        raise ValueError(f"the per-case arrays hold {sorted(n_seeds)} seeds, the profiles {len(seeds)}")
+    dev = torch.device(device or default_device())
+    generator = as_generator(rng)
+    seed_draws = seed_weights(generator, n_resamples, len(seeds))
+    row_of = {(e, d): i for i, (e, d) in enumerate(zip(cells["encoder"], cells["dataset"]))}
+    def stacked(arrays: list[np.ndarray]) -> torch.Tensor:  # n x (S, N, K) -> (n S K, N) float64 on the device
+        a = np.stack(arrays).astype(np.float64)
+        return torch.as_tensor(a.transpose(0, 1, 3, 2).reshape(-1, a.shape[2]), device=dev)
+
+    inputs = {}  # per dataset: label tensors, and per encoder its stacked scores (moved to the device once)
+    for d in datasets:
+        c = cases[d]
+        n_classes = np.shape(c.clean[encoders_of[d][0]])[2]
+        y_ece, y_auroc = _one_hot(c.labels, c.task, n_classes, dev)
+        same_cases = {e: [c.clean[e], *(a[e] for a in c.perturbed.values()), *(a[e] for a in c.fractions.values())]
+                      for e in encoders_of[d]}
+        inputs[d] = {"y_ece": y_ece, "y_auroc": y_auroc.T.contiguous(),
+                     "clean": {e: torch.as_tensor(np.asarray(c.clean[e], float), device=dev) for e in encoders_of[d]},
+                     "scores": {e: stacked(arrays) for e, arrays in same_cases.items()},
+                     "transfers": {t: (_one_hot(labels, c.task, np.shape(next(iter(a.values())))[2], dev)[1].T.contiguous(),
+                                       {e: stacked([a[e]]) for e in encoders_of[d]})
+                                   for t, (labels, a) in c.transfers.items()}}
+
+    def macro(aurocs: torch.Tensor, n_sets: int, n_labels: int) -> np.ndarray:  # (n S L, b) -> (n, S, b)
+        return torch.nanmean(aurocs.view(n_sets, len(seeds), n_labels, -1), 2).cpu().numpy()
+
+    def cell_profiles(d: str, e: str, counts, transfer_counts) -> np.ndarray:  # (b, S, 4)
+        x, c = inputs[d], cases[d]
+        n_labels = x["y_auroc"].shape[0]
+        sets = macro(_weighted_aurocs(x["y_auroc"], x["scores"][e], counts), 1 + len(c.perturbed) + len(c.fractions),
+                     n_labels)
+        auroc, perturbed, fractions = sets[0], sets[1:1 + len(c.perturbed)], sets[1 + len(c.perturbed):]
+        transfer = [macro(_weighted_aurocs(y_t, scores[e], transfer_counts[t]), 1, y_t.shape[0])[0]
+                    for t, (y_t, scores) in x["transfers"].items()]
+        drops = np.moveaxis(auroc[None] - np.concatenate([perturbed, np.array(transfer).reshape(-1, *auroc.shape)]), 0, -1)
+        ece = np.stack([weighted_ece(x["y_ece"], x["clean"][e][s], counts, task=c.task, n_bins=n_bins).cpu().numpy()
+                        for s in range(len(seeds))])
+        parts = {"auroc": auroc, "ece": ece, "robustness": _where_finite(robustness_raw, drops),
+                 "retention": _where_finite(lambda v: label_efficiency_retention(
+                     {**dict(zip(c.fractions, np.moveaxis(v[..., :-1], -1, 0))), 1.0: v[..., -1]}),
+                     np.concatenate([np.moveaxis(fractions, 0, -1), auroc[..., None]], -1))}
+        return np.stack([parts[k] for k in DIMENSIONS], axis=-1).transpose(1, 0, 2)  # (S, b, 4) -> (b, S, 4)
+
+    def replicate_batch(weights: np.ndarray, b: int, draw_cases: bool) -> np.ndarray:  # (b, cells, 4)
+        out = np.empty((b, len(cells), 4))
+        for d in datasets:
+            def draw(n):
+                return torch.as_tensor(_case_counts(generator, b, n) if draw_cases else np.ones((b, n)),
+                                       dtype=torch.float64, device=dev)
+            counts = draw(shapes[d][1])
+            transfer_counts = {t: draw(len(labels)) for t, (labels, _) in cases[d].transfers.items()}
+            for e in encoders_of[d]:
+                out[:, row_of[(e, d)]] = np.einsum("bs,bsk->bk", weights, cell_profiles(d, e, counts, transfer_counts))
+        return out
+
+    identity = replicate_batch(np.full((1, len(seeds)), 1.0 / len(seeds)), 1, draw_cases=False)[0]
+    published = values.mean(axis=1)
+    gap = np.abs(identity - published)
+    if np.nanmax(gap) > 1e-4:
+        i, k = np.unravel_index(np.nanargmax(gap), gap.shape)
+        raise ValueError(f"the per-case probabilities do not reproduce the profiles: {DIMENSIONS[k]} of "
+                         f"{cells['encoder'].iloc[i]} on {cells['dataset'].iloc[i]} is {identity[i, k]:.6f} from the "
+                         f"cases, {published[i, k]:.6f} in the table (cases from another run?)")
+    raw = np.empty((n_resamples, len(cells), 4))
+    for start in tqdm(range(0, n_resamples, batch_size), desc="CRS bootstrap", disable=not progress):
+        b = min(batch_size, n_resamples - start)
+        raw[start:start + b] = replicate_batch(seed_draws[start:start + b], b, resample_cases)
+    valid = np.isfinite(raw).all(axis=(1, 2))
+    if not valid.all():  # a resample with no positive (or no negative) case of every label of a set
+        logger.info("CRS bootstrap: %d of %d replicates left out (a dimension undefined on the drawn cases)",
+                    int((~valid).sum()), n_resamples)
+        raw = raw[valid]
+    replicates, rank_probabilities = rank_replicates(cells, raw, frame)
+    estimate = aggregate_crs(crs_scores(per_seed_profiles, frame))["crs"].reindex(replicates.columns)
+    return CrsBootstrapResult(estimate=estimate, replicates=replicates, rank_probabilities=rank_probabilities,
+                              cells=cells, profiles=published, profile_replicates=raw, resample_cases=resample_cases)

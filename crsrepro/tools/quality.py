@@ -27,6 +27,10 @@ The statistics are not independent (blur also lowers ``noise_sigma``, noise also
 ``laplacian_var`` and lifts a black background into the field of view); each is only the one most
 sensitive to its perturbation.
 
+Images are read as the loaders read them (:func:`crsrepro.data.read_image`): a 16-bit image is scaled
+to 8 bits by its bit depth, not clipped to white. An image whose shorter side is below
+:data:`crsrepro.data.common.MIN_IMAGE_SIDE` pixels is flagged ``small``, the size the loaders warn about.
+
 Outliers: against a reference folder (the team's accepted images, or a reference dataset's images;
 by default the folder itself), each statistic of each image gets the robust (modified) z-score of
 Iglewicz and Hoaglin, ``0.6745 (x - median) / MAD`` over the reference, on the log scale for the two
@@ -43,10 +47,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from scipy.ndimage import convolve, laplace, median_filter
 
-from crsrepro.core.errors import CrsreproError
+from crsrepro.core.errors import CrsreproError, DataError
+from crsrepro.data import read_image
+from crsrepro.data.common import MIN_IMAGE_SIDE
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,8 @@ TRACKS = {"laplacian_var": ("gaussian_blur", "down"), "blockiness": ("jpeg", "up
           "rms_contrast": ("contrast", "down"), "noise_sigma": ("rician_noise", "up"),
           "field_of_view": ("fov_crop", "up")}
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp")
+#: The flag of an image smaller than :data:`crsrepro.data.common.MIN_IMAGE_SIDE` on its shorter side.
+SMALL = "small"
 
 #: The |robust z| beyond which a statistic is flagged (Iglewicz and Hoaglin 1993).
 Z_THRESHOLD = 3.5
@@ -95,7 +103,8 @@ def image_statistics(image) -> dict:
     Parameters
     ----------
     image : PIL.Image.Image or numpy.ndarray
-        Any mode; an array is uint8 HxW or HxWx3.
+        An 8-bit image of any mode (a file read by :func:`crsrepro.data.read_image`, which scales a
+        16-bit one); an array is uint8 HxW or HxWx3.
 
     Returns
     -------
@@ -167,22 +176,23 @@ def folder_statistics(folder, *, skip_unreadable=False) -> tuple[pd.DataFrame, l
     """:func:`image_statistics` of every image under ``folder``: ``(table, unreadable files)``.
 
     The table has ``file`` (relative to ``folder``), ``width``, ``height`` and :data:`STATISTICS`.
-    An unreadable image raises :class:`ImageQualityError` naming it, unless ``skip_unreadable``: then
-    it is counted, logged and returned in the list.
+    Each image is read by :func:`crsrepro.data.read_image`, as the loaders read it. An unreadable
+    image raises :class:`ImageQualityError` naming it, unless ``skip_unreadable``: then it is counted,
+    logged and returned in the list.
     """
     folder = Path(folder)
     rows, unreadable = [], []
     for path in list_images(folder):
         try:
-            with Image.open(path) as pil:
-                pil.load()
-                rows.append({"file": str(path.relative_to(folder)), "width": pil.width, "height": pil.height,
-                             **image_statistics(pil)})
-        except (UnidentifiedImageError, OSError, ValueError) as exc:
+            pil = read_image(path)
+        except DataError as exc:
             if not skip_unreadable:
-                raise ImageQualityError(f"{path}: not a readable image ({exc}); pass --skip-unreadable to "
-                                        f"count and list such files instead") from None
+                raise ImageQualityError(f"{path}: not a readable image ({str(exc).removeprefix(f'{path}: ')}); "
+                                        f"pass --skip-unreadable to count and list such files instead") from None
             unreadable.append(path)
+            continue
+        rows.append({"file": str(path.relative_to(folder)), "width": pil.width, "height": pil.height,
+                     **image_statistics(pil)})
     if unreadable:
         logger.warning("%s: skipped %d unreadable image(s): %s", folder, len(unreadable),
                        ", ".join(str(p) for p in unreadable))
@@ -200,7 +210,8 @@ class QualityReport:
     folder, reference : Path
     table : DataFrame
         Per image: ``file, width, height``, the statistics, ``z_<statistic>`` and ``flagged`` (the
-        flagged statistics joined by ``;``, empty if none).
+        flagged statistics joined by ``;``, then :data:`SMALL` for an image smaller than
+        :data:`crsrepro.data.common.MIN_IMAGE_SIDE`; empty if none).
     reference_median : Series
         The reference's median per statistic.
     n_reference : int
@@ -217,8 +228,9 @@ class QualityReport:
     threshold: float
 
     def flag_counts(self) -> pd.Series:
-        """Images flagged per statistic."""
-        return pd.Series({name: int((self.table[f"z_{name}"].abs() > self.threshold).sum()) for name in STATISTICS})
+        """Images flagged per statistic, and :data:`SMALL`."""
+        counts = {name: int((self.table[f"z_{name}"].abs() > self.threshold).sum()) for name in STATISTICS}
+        return pd.Series({**counts, SMALL: int(self.table["flagged"].str.split(";").map(lambda f: SMALL in f).sum())})
 
     def lines(self, *, n_listed=10) -> list[str]:
         """The printed summary; at most ``n_listed`` flagged files are named."""
@@ -235,6 +247,8 @@ class QualityReport:
             out.append(f"  {name:<14} {perturbation + ' (' + direction + ')':<22} {self.reference_median[name]:>16.4g} "
                        f"{self.table[name].median():>12.4g} {self.table[f'z_{name}'].median() + 0.0:>9.2f} "
                        f"{counts[name]:>5}/{n}")
+        out.append(f"  {SMALL:<14} {'a side < ' + str(MIN_IMAGE_SIDE) + ' px':<22} {'':>16} {'':>12} {'':>9} "
+                   f"{counts[SMALL]:>5}/{n}")
         flagged = self.table[self.table["flagged"] != ""]
         out.append(f"{len(flagged)} of {n} images flagged" + (":" if len(flagged) else ""))
         for _, row in flagged.head(n_listed).iterrows():
@@ -272,8 +286,10 @@ def quality_check(images, *, reference=None, out=None, threshold=Z_THRESHOLD, sk
     z = robust_z(table[list(STATISTICS)], ref_table[list(STATISTICS)])
     for name in STATISTICS:
         table[f"z_{name}"] = z[name]
-    table["flagged"] = [";".join(name for name in STATISTICS if abs(row[name]) > threshold)
-                        for _, row in z.iterrows()]
+    small = np.minimum(table["width"], table["height"]).to_numpy() < MIN_IMAGE_SIDE
+    table["flagged"] = [";".join([name for name in STATISTICS if abs(row[name]) > threshold]
+                                 + ([SMALL] if tiny else []))
+                        for (_, row), tiny in zip(z.iterrows(), small)]
     if out is not None:
         out = Path(out)
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,10 @@ Results; DESIGN.md section 8). This module turns it into a recipe for a team tha
 outputs on a local cohort:
 
 1. :func:`read_cohort` reads a csv with one column of scores per class and a label column whose
-   values are class (column) names. Scores are probabilities or logits (``input``, below).
+   values are class (column) names; the classes are, by default, the label column's values, so any
+   other column (a case id, a site) is carried through without a flag. Scores are probabilities or
+   logits (``input``, below). A cohort with one class only, or an id column (``--id-column``) with a
+   repeated id, is refused, naming the rows.
 2. :func:`split_cohort` splits the cases into a calibration part and an evaluation part, stratified
    by label (or reads a split column whose values are ``calibration`` / ``evaluation``).
 3. :func:`recalibrate_cohort` fits one recalibrator of :mod:`crsrepro.fit.calibration` on the
@@ -24,13 +27,22 @@ support them in the library.
 
 Input kinds (``input``): ``probabilities`` rows must lie in [0, 1] and sum to 1 within
 :data:`SUM_TOLERANCE` (they are then renormalised exactly); ``logits`` rows are turned into
-probabilities by a softmax; ``auto`` decides only when it is unambiguous: rows in [0, 1] that sum to
-1 are probabilities, scores outside [0, 1] are logits, and rows in [0, 1] that do not sum to 1 are an
-error that asks for ``--input``.
+probabilities by a softmax; ``auto`` reads the whole file one way, and only when every row agrees,
+so that no single value changes how a file is read: every row in [0, 1] and summing to 1 is
+probabilities, every row with a score outside [0, 1] is logits, and anything else (rows in [0, 1]
+that do not sum to 1, or a mix of rows in [0, 1] and rows outside it) is an error that names a row
+and asks for ``--input``.
 
-Intervals are percentile intervals of a paired case bootstrap (the same resampled cases before and
-after). ECE is biased upward in small samples, so its bootstrap distribution lies above the estimate
-and its interval is lopsided: read it as the sampling spread, not as a symmetric error bar.
+Outputs never replace an input: an ``--out`` (or the map or diagram beside it) that is the
+``--scores`` file is refused, and so is any existing file unless ``overwrite``.
+
+Intervals come from a paired case bootstrap (the same resampled cases before and after,
+:func:`crsrepro.score.stats.two_level_bootstrap` with one seed) and are the book's bootstrap
+interval, :func:`crsrepro.score.stats.bootstrap_interval`, so each interval contains its estimate:
+for the AUROC and its change the plug-in with the percentile interval centred on it; for the ECE and
+its change (:data:`ECE_INTERVAL`) the basic interval about an estimate corrected for the bootstrap's
+median bias. The binned ECE is biased upward in small samples (a resample with duplicated cases looks
+more miscalibrated), so its printed estimate lies below the plug-in ECE of the evaluation part.
 """
 
 from __future__ import annotations
@@ -49,7 +61,7 @@ from crsrepro.fit.calibration import (RECALIBRATORS, TooFewCasesError, make_reca
                                   select_recalibrator)
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error, reliability_curve
-from crsrepro.score.stats import as_generator, case_paired_bootstrap
+from crsrepro.score.stats import as_generator, bootstrap_interval, two_level_bootstrap
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +81,9 @@ ECE_TOLERANCE = 0.02
 N_RESAMPLES = 1000
 #: Level of every interval here.
 LEVEL = 0.95
+#: The :func:`crsrepro.score.stats.bootstrap_interval` method of the ECE and its change: ``basic``,
+#: the one for statistics that resampling inflates (the AUROC's is ``percentile``).
+ECE_INTERVAL = "basic"
 #: Version tag of a saved local map.
 LOCAL_MAP_FORMAT = "crsrepro-local-map-v1"
 
@@ -124,33 +139,78 @@ def _read_scores(path, table, classes):
     return values
 
 
-def _as_probabilities(path, values, input_kind, classes):
-    """Probabilities from the score columns, by ``input_kind`` (see the module docstring)."""
-    outside = np.argwhere((values < 0) | (values > 1))
+def _as_probabilities(path, values, input_kind, classes, hint=""):
+    """Probabilities from the score columns, by ``input_kind`` (see the module docstring); ``hint``
+    ends the messages about sums (how the score columns were chosen)."""
+    outside = (values < 0) | (values > 1)
+    in_range = ~outside.any(axis=1)
     sums = values.sum(axis=1)
     off = np.flatnonzero(np.abs(sums - 1) > SUM_TOLERANCE)
     if input_kind == "auto":
-        if outside.size:
-            input_kind = "logits"
-        elif off.size == 0:
+        if in_range.all() and off.size == 0:
             input_kind = "probabilities"
-        else:
+        elif not in_range.any():
+            input_kind = "logits"
+        elif in_range.all():
             raise CohortError(f"{path}: row {_row(off[0])}: the scores lie in [0, 1] but sum to {sums[off[0]]:.6g}, "
                               f"not 1, so they are neither clearly probabilities nor clearly logits; pass --input "
-                              f"logits, or normalise them and pass --input probabilities")
+                              f"logits, or normalise them and pass --input probabilities{hint}")
+        else:
+            n_in, n = int(in_range.sum()), len(values)
+            if n_in >= n - n_in:  # name a row of the minority: here one with a score outside [0, 1]
+                i = int(np.flatnonzero(~in_range)[0])
+                k = int(np.flatnonzero(outside[i])[0])
+                what = (f"row {_row(i)}, column {classes[k]!r}: {values[i, k]:g} lies outside [0, 1], but "
+                        f"{n_in} of {n} rows lie in [0, 1]")
+            else:
+                i = int(np.flatnonzero(in_range)[0])
+                what = (f"row {_row(i)}: every score lies in [0, 1], but {n - n_in} of {n} rows have scores "
+                        f"outside [0, 1]")
+            raise CohortError(f"{path}: {what}; --input auto reads a file one way only when every row agrees, so "
+                              f"pass --input logits if the scores are logits, or correct the row and pass "
+                              f"--input probabilities")
     if input_kind == "logits":
         return softmax(values, axis=1), input_kind
-    if outside.size:
-        i, k = outside[0]
-        raise CohortError(f"{path}: row {_row(i)}, column {classes[k]!r}: {values[i, k]!r} is not a probability "
+    if not in_range.all():
+        i = int(np.flatnonzero(~in_range)[0])
+        k = int(np.flatnonzero(outside[i])[0])
+        raise CohortError(f"{path}: row {_row(i)}, column {classes[k]!r}: {values[i, k]:g} is not a probability "
                           f"in [0, 1] (pass --input logits if the scores are logits)")
     if off.size:
         raise CohortError(f"{path}: row {_row(off[0])}: probabilities sum to {sums[off[0]]:.6g}, not 1 "
-                          f"(tolerance {SUM_TOLERANCE}; pass --input logits if the scores are logits)")
+                          f"(tolerance {SUM_TOLERANCE}; pass --input logits if the scores are logits){hint}")
     return values / sums[:, None], input_kind
 
 
-def read_cohort(path, *, label_column=None, classes=None, input_kind="auto", exclude=()) -> Cohort:
+def _rows(indices, limit=5) -> str:
+    """``rows 2, 5, 9`` (csv lines) of 0-based data rows, at most ``limit`` named."""
+    named = ", ".join(str(_row(i)) for i in indices[:limit])
+    return f"row{'s' if len(indices) > 1 else ''} {named}{' ...' if len(indices) > limit else ''}"
+
+
+def _check_ids(path, table, id_column):
+    """Refuse a repeated case id, naming its rows."""
+    ids = table[id_column].str.strip()
+    repeated = ids[ids.duplicated(keep=False)]
+    if len(repeated):
+        first = repeated.iat[0]
+        rows = np.flatnonzero((ids == first).to_numpy())
+        raise CohortError(f"{path}: column {id_column!r}: id {first!r} is on {_rows(rows)} ({repeated.nunique()} "
+                          f"id(s) repeated in all); every case needs its own id")
+
+
+def check_classes(path, labels, classes, rows=None, what="the cohort"):
+    """Refuse labels of fewer than two classes, naming their rows (0-based data rows; default: all):
+    neither a recalibrator nor an AUROC can use them."""
+    present = np.unique(labels)
+    if present.size < 2:
+        rows = np.arange(len(labels)) if rows is None else np.asarray(rows)
+        name = classes[present[0]] if present.size else "none"
+        raise CohortError(f"{path}: every one of the {len(labels)} cases of {what} ({_rows(rows)}) has label "
+                          f"{name!r}; recalibrating and the AUROC need cases of at least two classes")
+
+
+def read_cohort(path, *, label_column=None, classes=None, input_kind="auto", exclude=(), id_column=None) -> Cohort:
     """Read a local cohort's csv of per-class scores and (optionally) labels.
 
     Parameters
@@ -160,11 +220,14 @@ def read_cohort(path, *, label_column=None, classes=None, input_kind="auto", exc
     label_column : str, optional
         The column whose values are class names (score column names); None reads no labels.
     classes : list of str, optional
-        The score columns. Default: every column other than ``label_column`` and ``exclude``.
+        The score columns. Default: the label column's values, in the csv's column order; without a
+        label column, every column other than ``exclude`` and ``id_column``.
     input_kind : {"auto", "probabilities", "logits"}, default "auto"
         See the module docstring.
     exclude : sequence of str
         Columns that are neither scores nor the label (a split column).
+    id_column : str, optional
+        A case-id column: never a score, and a repeated id is an error.
 
     Returns
     -------
@@ -174,7 +237,8 @@ def read_cohort(path, *, label_column=None, classes=None, input_kind="auto", exc
     ------
     CohortError
         Naming the file and the row or column: a missing file or column, a score that is not a
-        number, probabilities that do not sum to 1, an empty label or a label that is no class.
+        number, probabilities that do not sum to 1, scores that are not all of one kind (auto), an
+        empty label or a label that is no class, labels of one class only, a repeated id.
     """
     path = Path(path)
     if input_kind not in INPUT_KINDS:
@@ -185,27 +249,43 @@ def read_cohort(path, *, label_column=None, classes=None, input_kind="auto", exc
         raise CohortError(f"{path}: no such file") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise CohortError(f"{path}: not a readable csv ({str(exc).strip().splitlines()[0]})") from None
-    named = [c for c in [label_column, *exclude, *(classes or [])] if c is not None]
-    missing = [c for c in named if c not in table.columns]
+    other = [c for c in [label_column, id_column, *exclude] if c is not None]
+    missing = [c for c in [*other, *(classes or [])] if c not in table.columns]
     if missing:
         raise CohortError(f"{path}: no column {missing[0]!r} (columns: {', '.join(table.columns)})")
-    if classes is None:
-        classes = [c for c in table.columns if c != label_column and c not in exclude]
-    classes = list(classes)
-    if len(classes) < 2:
-        raise CohortError(f"{path}: {len(classes)} score column(s) {classes}; a multi-class map needs at least 2")
     if len(table) == 0:
         raise CohortError(f"{path}: no data rows")
-    probs, input_kind = _as_probabilities(path, _read_scores(path, table, classes), input_kind, classes)
+    hint = ""
+    if classes is None:
+        if label_column is None:
+            classes = [c for c in table.columns if c not in other]
+        else:
+            values = set(table[label_column].str.strip())
+            classes = [c for c in table.columns if c in values and c not in other]
+            hint = (f" (the score columns are the label column's values, {', '.join(classes)}; name every score "
+                    f"column with --classes if a class has no labelled case)")
+    classes = list(classes)
     labels = None
     if label_column is not None:
         names = table[label_column].str.strip()
         unknown = np.flatnonzero(~names.isin(classes).to_numpy())
         if unknown.size:
             i = unknown[0]
+            known = (f"is not one of the score columns ({', '.join(classes)})" if not hint else
+                     f"names no score column (the classes are the label column's values, each a column; columns: "
+                     f"{', '.join(table.columns)})")
             raise CohortError(f"{path}: row {_row(i)}, column {label_column!r}: label {table[label_column].iat[i]!r} "
-                              f"is not one of the score columns ({', '.join(classes)})")
+                              f"{known}")
         labels = names.map({c: k for k, c in enumerate(classes)}).to_numpy(dtype=int)
+    if len(classes) < 2:
+        if labels is not None:
+            check_classes(path, labels, classes)
+        raise CohortError(f"{path}: {len(classes)} score column(s) {classes}; a multi-class map needs at least 2")
+    probs, input_kind = _as_probabilities(path, _read_scores(path, table, classes), input_kind, classes, hint)
+    if labels is not None:
+        check_classes(path, labels, classes)
+    if id_column is not None:
+        _check_ids(path, table, id_column)
     return Cohort(path=path, table=table, classes=classes, probs=probs, labels=labels, input_kind=input_kind)
 
 
@@ -284,11 +364,16 @@ def required_cases(method: str, n_classes: int) -> int:
 
 @dataclass(frozen=True)
 class Interval:
-    """An estimate with a percentile bootstrap interval."""
+    """A printed estimate and its interval, as :func:`crsrepro.score.stats.bootstrap_interval` gives them."""
 
     estimate: float
     ci_low: float
     ci_high: float
+
+    @classmethod
+    def of(cls, plug_in, replicates, method, level=LEVEL) -> "Interval":
+        """:func:`crsrepro.score.stats.bootstrap_interval` of a plug-in estimate and its replicates."""
+        return cls(*map(float, bootstrap_interval(plug_in, replicates, level, method=method)))
 
     def __str__(self):
         return f"{self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
@@ -296,15 +381,6 @@ class Interval:
     def signed(self) -> str:
         """As ``str``, with signs: for a change."""
         return f"{self.estimate:+.3f} [{self.ci_low:+.3f}, {self.ci_high:+.3f}]"
-
-
-def _interval(estimate, replicates, level):
-    low, high = np.nanquantile(replicates, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(float(estimate), float(low), float(high))
-
-
-def _bootstrap_ece(labels, probs, draws):
-    return np.array([expected_calibration_error(labels[d], probs[d], task="multiclass") for d in draws])
 
 
 @dataclass(frozen=True)
@@ -331,7 +407,8 @@ def cases_for_ece_precision(labels, probs, *, tolerance=ECE_TOLERANCE, level=LEV
     """The number of labelled cases at which the ECE interval's half-width falls to ``tolerance`` [ours].
 
     The rule: draw ``n_resamples`` subsamples (with replacement) of m = N/4, N/2 and N of the given
-    cases, take the half-width h(m) of the ``level`` percentile interval of the ECE at each m, fit
+    cases, take the half-width h(m) of the ``level`` interval of the ECE at each m
+    (:func:`crsrepro.score.stats.bootstrap_interval`, whose width is that of the percentile interval), fit
     ``h(m) = c / sqrt(m)`` (least squares on log h with the slope fixed at -1/2, the rate of a
     bootstrap standard error) and solve ``c / sqrt(n) = tolerance``. It answers "how many labelled
     cases does a team need to know its ECE to within +-tolerance"; sizes below 10 are left out.
@@ -359,11 +436,13 @@ def cases_for_ece_precision(labels, probs, *, tolerance=ECE_TOLERANCE, level=LEV
     sizes = sorted({m for m in (n // 4, n // 2, n) if m >= 10})
     if not sizes:
         raise TooFewCasesError(f"{n} evaluation cases; the sample-size rule needs at least 10")
+    plug_in = expected_calibration_error(labels, probs, task="multiclass")
     half_widths = {}
     for m in sizes:
         draws = generator.integers(0, n, size=(n_resamples, m))
-        low, high = np.quantile(_bootstrap_ece(labels, probs, draws), [(1 - level) / 2, (1 + level) / 2])
-        half_widths[m] = float((high - low) / 2)
+        replicates = [expected_calibration_error(labels[d], probs[d], task="multiclass") for d in draws]
+        interval = Interval.of(plug_in, replicates, ECE_INTERVAL, level)
+        half_widths[m] = (interval.ci_high - interval.ci_low) / 2
     log_c = np.mean([np.log(h) + 0.5 * np.log(m) for m, h in half_widths.items()])
     return SampleSizeEstimate(half_widths=half_widths, n_needed=math.ceil(np.exp(2 * log_c) / tolerance**2),
                               tolerance=tolerance, level=level)
@@ -426,7 +505,8 @@ class RecalibrationReport:
         if self.ece_before is not None:
             where = "every case" if self.chosen_by == "map" else "the evaluation part"
             relative = -self.ece_change.estimate / self.ece_before.estimate if self.ece_before.estimate else np.nan
-            out += [f"on {where}, {LEVEL:.0%} case-bootstrap intervals ({N_RESAMPLES} resamples, paired):",
+            out += [f"on {where}, {LEVEL:.0%} case-bootstrap intervals ({N_RESAMPLES} resamples, paired; ECE "
+                    f"estimates corrected for the bootstrap's median bias):",
                     f"  ECE   before {self.ece_before}  after {self.ece_after}  change {self.ece_change.signed()} "
                     f"({relative:.0%} lower)",
                     f"  AUROC before {self.auroc_before}  after {self.auroc_after}  "
@@ -441,20 +521,17 @@ class RecalibrationReport:
 
 
 def _before_after(labels, before, after, *, seed):
-    """ECE and AUROC before/after with paired case-bootstrap intervals (the same draws for both)."""
-    n = len(labels)
-    draws = as_generator(seed).integers(0, n, size=(N_RESAMPLES, n))
-    ece_b, ece_a = _bootstrap_ece(labels, before, draws), _bootstrap_ece(labels, after, draws)
-    ece = [expected_calibration_error(labels, p, task="multiclass") for p in (before, after)]
-    auroc = case_paired_bootstrap(labels, {"before": before, "after": after}, task="multiclass",
-                                  n_resamples=N_RESAMPLES, rng=seed, progress=False)
-    reps = auroc.replicates
-    est = auroc.estimate
-    return {"ece_before": _interval(ece[0], ece_b, LEVEL), "ece_after": _interval(ece[1], ece_a, LEVEL),
-            "ece_change": _interval(ece[1] - ece[0], ece_a - ece_b, LEVEL),
-            "auroc_before": _interval(est["before"], reps["before"], LEVEL),
-            "auroc_after": _interval(est["after"], reps["after"], LEVEL),
-            "auroc_change": _interval(est["after"] - est["before"], reps["after"] - reps["before"], LEVEL)}
+    """ECE and AUROC before/after and their changes, with paired case-bootstrap intervals: one
+    :func:`crsrepro.score.stats.two_level_bootstrap` over one seed, so the same draws serve both."""
+    boot = two_level_bootstrap(labels, {"before": before[None], "after": after[None]}, task="multiclass",
+                               n_resamples=N_RESAMPLES, rng=seed)
+    out = {}
+    for metric, result, method in (("ece", boot.ece, ECE_INTERVAL), ("auroc", boot.auroc, "percentile")):
+        t, reps = result.estimate, result.replicates
+        for name in ("before", "after"):
+            out[f"{metric}_{name}"] = Interval.of(t[name], reps[name], method)
+        out[f"{metric}_change"] = Interval.of(t["after"] - t["before"], reps["after"] - reps["before"], method)
+    return out
 
 
 def plot_reliability(labels, before, after, path, *, title="") -> Path:
@@ -527,9 +604,30 @@ def beside(out, suffix) -> Path:
     return out.with_name(out.stem + suffix)
 
 
+def check_outputs(outputs, inputs, *, overwrite=False) -> None:
+    """Refuse to write over an input, ever, or over an existing file unless ``overwrite``.
+
+    Parameters
+    ----------
+    outputs : sequence of path
+        The files the command would write (the calibrated csv, the map, the diagram).
+    inputs : sequence of path
+        The files it reads (``--scores``, ``--apply``).
+    overwrite : bool, default False
+        ``--overwrite``: replace existing outputs that are not inputs.
+    """
+    read = {Path(p).resolve() for p in inputs}
+    for path in map(Path, outputs):
+        if path.resolve() in read:
+            raise CohortError(f"{path}: is an input of this command; recalibrate never writes over its input, so "
+                              f"name another --out (or --map)")
+        if path.exists() and not overwrite:
+            raise CohortError(f"{path} exists: pass --overwrite to replace it, or name another --out (or --map)")
+
+
 def recalibrate_cohort(scores, *, label_column, out, method="auto", calibration_split=CALIBRATION_FRACTION,
                        input_kind="auto", classes=None, id_column=None, map_path=None, n_folds=5,
-                       tolerance=ECE_TOLERANCE, seed=0) -> RecalibrationReport:
+                       tolerance=ECE_TOLERANCE, seed=0, overwrite=False) -> RecalibrationReport:
     """Fit a recalibrator on a local cohort's calibration part and report on its evaluation part.
 
     Parameters
@@ -548,9 +646,9 @@ def recalibrate_cohort(scores, *, label_column, out, method="auto", calibration_
         See :func:`split_cohort`.
     input_kind : {"auto", "probabilities", "logits"}
     classes : list of str, optional
-        The score columns (default: every column but the label, split and id columns).
+        The score columns (default: the label column's values, :func:`read_cohort`).
     id_column : str, optional
-        A column carried through unchanged that is not a score (a case id).
+        A case-id column, carried through unchanged; a repeated id is an error.
     map_path : path, optional
         Where the map goes (default ``<out stem>.map.json`` beside ``out``).
     n_folds : int, default 5
@@ -559,6 +657,8 @@ def recalibrate_cohort(scores, *, label_column, out, method="auto", calibration_
         For :func:`cases_for_ece_precision`.
     seed : int, default 0
         Seeds the split, the folds and the bootstraps.
+    overwrite : bool, default False
+        Replace existing output files (:func:`check_outputs`; an input is never replaced).
 
     Returns
     -------
@@ -566,11 +666,17 @@ def recalibrate_cohort(scores, *, label_column, out, method="auto", calibration_
     """
     if method not in METHODS:
         raise CohortError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    map_path = map_path or beside(out, ".map.json")
+    diagram = beside(out, ".reliability.png")
+    check_outputs([out, map_path, diagram], [scores], overwrite=overwrite)
     split_column = split_column_name(calibration_split)
     cohort = read_cohort(scores, label_column=label_column, classes=classes, input_kind=input_kind,
-                         exclude=[c for c in (split_column, id_column) if c])
+                         exclude=[split_column] if split_column else [], id_column=id_column)
     is_calibration = split_cohort(cohort, calibration_split, seed=seed)
     calib, evaluation = np.flatnonzero(is_calibration), np.flatnonzero(~is_calibration)
+    for part, rows in (("calibration", calib), ("evaluation", evaluation)):
+        if rows.size:
+            check_classes(cohort.path, cohort.labels[rows], cohort.classes, rows, what=f"the {part} part")
     n_classes = len(cohort.classes)
     candidates = list(RECALIBRATORS) if method == "auto" else [method]
     allowed = [m for m in candidates if required_cases(m, n_classes) <= calib.size]
@@ -599,21 +705,24 @@ def recalibrate_cohort(scores, *, label_column, out, method="auto", calibration_
     intervals = _before_after(labels, before, after, seed=seed)
     sample_size = cases_for_ece_precision(labels, after, tolerance=tolerance, rng=seed)
     extra = None if split_column else {"calibration_split": np.where(is_calibration, *SPLIT_VALUES)}
-    written = [_write_calibrated(cohort, calibrated, out, extra),
-               save_map(map_path or beside(out, ".map.json"), recalibrator, cohort),
-               plot_reliability(labels, before, after, beside(out, ".reliability.png"),
+    written = [_write_calibrated(cohort, calibrated, out, extra), save_map(map_path, recalibrator, cohort),
+               plot_reliability(labels, before, after, diagram,
                                 title=f"{Path(scores).name}: evaluation part, {chosen}")]
     return RecalibrationReport(path=cohort.path, method=chosen, chosen_by="auto" if method == "auto" else "given",
                                n_calibration=calib.size, n_evaluation=evaluation.size, input_kind=cohort.input_kind,
                                cv_ece=cv_ece, sample_size=sample_size, written=written, **intervals)
 
 
-def apply_map(scores, map_path, *, out, label_column=None, input_kind="auto", seed=0) -> RecalibrationReport:
+def apply_map(scores, map_path, *, out, label_column=None, input_kind="auto", seed=0,
+              overwrite=False) -> RecalibrationReport:
     """Apply a saved map to every case of a csv with the same score columns (``--apply``).
 
     With ``label_column`` it also reports ECE and AUROC before and after on every case, with their
-    intervals and the diagram; without it, it only writes the calibrated csv.
+    intervals and the diagram; without it, it only writes the calibrated csv. ``overwrite``: as for
+    :func:`recalibrate_cohort`.
     """
+    outputs = [out] + ([beside(out, ".reliability.png")] if label_column is not None else [])
+    check_outputs(outputs, [scores, map_path], overwrite=overwrite)
     recalibrator, classes, saved_kind = load_map(map_path)
     if input_kind not in ("auto", saved_kind):
         raise CohortError(f"{map_path}: the map was fitted on {saved_kind}, not {input_kind} (--input)")

@@ -552,27 +552,34 @@ def rank_probabilities(probabilities: pd.DataFrame) -> Figure:
 def insertion_movements(movements: pd.DataFrame) -> Figure:
     """How far published CRS move when encoders are inserted: the fixed frame against cohort scoring.
 
-    ``movements`` is :attr:`crsrepro.analyse.findings.InsertionResult.movements` (``trial, mode, encoder, dataset,
-    movement``). Left: every published cell's |change| per mode (box and points). Right: the largest
-    movement in each trial, so a reader sees that fixed is zero in every trial, not only on average.
+    ``movements`` is :attr:`crsrepro.analyse.findings.InsertionResult.movements` (``trial, mode, level,
+    encoder, dataset, movement``). Left: every published score's |change| per mode and level (``cell``:
+    each cell CRS; ``aggregate``: each encoder's mean CRS), box and points. Right: the largest movement
+    in each trial (solid: cell, dashed: aggregate), so a reader sees that fixed is zero in every trial,
+    not only on average.
     """
     modes = [m for m in ("fixed", "cohort") if m in set(movements["mode"])] + \
         sorted(set(movements["mode"]) - {"fixed", "cohort"})
+    levels = [level for level in ("cell", "aggregate") if level in set(movements["level"])]
     colours = dict(zip(modes, (OKABE_ITO["blue"], OKABE_ITO["orange"], *CYCLE[2:])))
     fig = Figure(figsize=(PAGE_WIDTH, 3.2), layout="constrained")
     cells_ax, trials_ax = fig.subplots(1, 2, width_ratios=[1, 2])
-    values = [movements.loc[movements["mode"] == m, "movement"].to_numpy() for m in modes]
-    cells_ax.boxplot(values, positions=range(len(modes)), widths=0.5, showfliers=False)
+    groups = [(m, level) for level in levels for m in modes]
+    values = [movements.loc[(movements["mode"] == m) & (movements["level"] == level), "movement"].to_numpy()
+              for m, level in groups]
+    cells_ax.boxplot(values, positions=range(len(groups)), widths=0.5, showfliers=False)
     jitter = np.random.default_rng(0)  # fixed jitter: the figure is the same on every build
-    for i, (mode, v) in enumerate(zip(modes, values)):
+    for i, ((mode, _), v) in enumerate(zip(groups, values)):
         cells_ax.scatter(i + jitter.uniform(-0.15, 0.15, len(v)), v, s=6, alpha=0.4, color=colours[mode])
-    cells_ax.set_xticks(range(len(modes)), modes)
+    cells_ax.set_xticks(range(len(groups)), [f"{m}\n{level}" for m, level in groups])
     cells_ax.set_ylabel("|CRS after - CRS before|")
-    cells_ax.set_title("every published cell")
-    worst = movements.groupby(["mode", "trial"])["movement"].max().reset_index()
-    for mode in modes:
-        part = worst[worst["mode"] == mode]
-        trials_ax.plot(part["trial"], part["movement"], marker="o", ms=3, color=colours[mode], label=mode)
-    trials_ax.set(xlabel="trial", ylabel="largest movement", title="worst cell per trial")
+    cells_ax.set_title("every published score")
+    worst = movements.groupby(["level", "mode", "trial"])["movement"].max().reset_index()
+    for level, style in zip(levels, ("-", "--")):
+        for mode in modes:
+            part = worst[(worst["mode"] == mode) & (worst["level"] == level)]
+            trials_ax.plot(part["trial"], part["movement"], ls=style, marker="o", ms=3, color=colours[mode],
+                           label=f"{mode}, {level}")
+    trials_ax.set(xlabel="trial", ylabel="largest movement", title="worst score per trial")
     trials_ax.legend()
     return fig

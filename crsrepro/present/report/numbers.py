@@ -75,19 +75,25 @@ def calibration(analysis) -> dict[str, str]:
 
 def subgroups(table: pd.DataFrame, worst) -> dict[str, str]:
     """Chapter 02's subgroup section: ``table`` is a :func:`crsrepro.analyse.subgroups.subgroup_table`,
-    ``worst`` its :func:`crsrepro.present.report.tables.worst_subgroups` (``n/a`` when None)."""
+    ``worst`` its :func:`crsrepro.present.report.tables.worst_subgroups` (``n/a`` when None). The largest
+    gaps are chosen by plug-in (as the worst subgroup is) and quoted as estimate and interval; ``p_worst``
+    values say how often the worst subgroup stays the worst across the bootstrap replicates."""
     numbers = {"n_subgroups": _f(len(table[["dataset", "attribute", "subgroup"]].drop_duplicates())),
                "n_subgroups_skipped": _f(len(table.attrs.get("skipped", [])))}
-    names = ("worst_auroc_gap", "worst_auroc_who", "worst_auroc_where", "worst_ece_gap", "worst_ece_who",
-             "worst_ece_where", "worst_subgroup_tau", "worst_subgroup_reversed")
+    names = ("worst_auroc_gap", "worst_auroc_gap_ci", "worst_auroc_p_worst", "worst_auroc_who", "worst_auroc_where",
+             "worst_ece_gap", "worst_ece_gap_ci", "worst_ece_who", "worst_ece_where", "worst_p_worst_median",
+             "worst_p_worst_min", "worst_subgroup_tau", "worst_subgroup_reversed")
     if worst is None:
         return numbers | dict.fromkeys(names, "n/a")
-    by_auroc, by_ece = worst.per_encoder.sort_values("auroc_gap"), worst.per_encoder.sort_values("ece_gap")
+    per_encoder = worst.per_encoder
+    by_auroc, by_ece = per_encoder.sort_values("auroc_gap_plug_in"), per_encoder.sort_values("ece_gap_plug_in")
     a, e = by_auroc.iloc[0], by_ece.iloc[-1]
-    values = (_f(float(a["auroc_gap"])), short_name(by_auroc.index[0]),
-              f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
-              _f(float(e["ece_gap"])), short_name(by_ece.index[-1]),
+    interval = lambda row, m: f"[{_f(float(row[m + '_ci_low']))}, {_f(float(row[m + '_ci_high']))}]"  # noqa: E731
+    values = (_f(float(a["auroc_gap"])), interval(a, "auroc_gap"), _pct(float(a["auroc_p_worst"])),
+              short_name(by_auroc.index[0]), f"{a['auroc_attribute']} = {a['auroc_subgroup']} on {a['auroc_dataset']}",
+              _f(float(e["ece_gap"])), interval(e, "ece_gap"), short_name(by_ece.index[-1]),
               f"{e['ece_attribute']} = {e['ece_subgroup']} on {e['ece_dataset']}",
+              _pct(float(worst.cells["p_worst"].median())), _pct(float(worst.cells["p_worst"].min())),
               _f(worst.agreement.kendall_tau), _f(int(worst.agreement.reversed_pairs)))
     return numbers | dict(zip(names, values))
 
@@ -167,13 +173,35 @@ def crs_bootstrap(analysis) -> dict[str, str]:
 
 
 def _two_level(analysis) -> dict[str, str]:
-    """The two-level bootstrap's typical interval widths, with the seed-only CRS intervals' for contrast."""
-    table = tables.two_level_intervals(analysis)
-    seed_only = analysis.bootstrap.percentile_interval()
-    return {"two_level_auroc_width": _f(float(table["auroc_width"].median())),
-            "two_level_ece_width": _f(float(table["ece_width"].median())),
-            "n_case_resamples": _f(int(analysis.profile.bootstrap.n_case_resamples)),
+    """Chapter 05's lead: the two-level CRS bootstrap (seeds x test cases) beside the paper's seed-only one."""
+    boot, seed = analysis.crs_bootstrap, analysis.bootstrap
+    dims = tables.two_level_intervals(analysis)
+    seed_only = seed.interval()
+    two_level = boot.interval()
+    leader = boot.p_rank1.idxmax()
+    diff = boot.leader_difference()
+    return {"two_level_auroc_width": _f(float(dims["auroc_width"].median())),
+            "two_level_ece_width": _f(float(dims["ece_width"].median())),
+            "n_case_resamples": _f(int(boot.n_resamples)),
+            "two_level_leader": short_name(leader), "two_level_p_rank1": _f(float(boot.p_rank1[leader]), 2),
+            "two_level_p_rank1_seed": _f(float(seed.p_rank1.get(leader, np.nan)), 2),
+            "two_level_diff_a": short_name(diff.a), "two_level_diff_b": short_name(diff.b),
+            "two_level_diff": _f(diff.estimate), "two_level_diff_low": _f(diff.ci_low),
+            "two_level_diff_high": _f(diff.ci_high),
+            "two_level_separable": "separates" if diff.ci_low > 0 else "does not separate",
+            "two_level_crs_width": _f(float((two_level["ci_high"] - two_level["ci_low"]).median())),
             "seed_only_crs_width": _f(float((seed_only["ci_high"] - seed_only["ci_low"]).median()))}
+
+
+def coverage(table) -> dict[str, str]:
+    """Chapter 05's coverage of a 5-seed interval (:func:`tables.seed_count_coverage`), glued for the
+    chapter and read back by the build status page (``coverage_seeds``, ``coverage_two_level``); dashes when
+    the check was skipped (a note instead of a table)."""
+    if not isinstance(table, pd.DataFrame):
+        return {"coverage_seeds": "-", "coverage_two_level": "-", "coverage_profile": "-"}
+    return {"coverage_seeds": _f(float(table.loc["seeds", "coverage"])),
+            "coverage_two_level": _f(float(table.loc["seeds x cases", "coverage"])),
+            "coverage_profile": str(table["profile"].iloc[0])}
 
 
 def _probes(conclusions: pd.DataFrame) -> dict[str, str]:
@@ -192,30 +220,40 @@ def sensitivity(analysis) -> dict[str, str]:
 
 
 def layer_depth(analysis) -> dict[str, str]:
-    """Chapter 06: the intermediate wins, the largest gain over the 100 % tap, the paired tests and the
-    ranking when the depth is chosen on val, from :mod:`crsrepro.analyse.depth`'s analyses of the sweep."""
+    """Chapter 06: the val-chosen intermediate wins beside the exchangeable-tap null, the largest gain over
+    the 100 % tap, the one-sided Holm-corrected paired tests (how many survive, where the intermediate tap
+    is worse) and the ranking when the depth is chosen on val, from :mod:`crsrepro.analyse.depth`'s analyses
+    of the sweep. Each count is given against ``depth100`` (``depth_*``) and ``final`` (``depth_final_*``)."""
     from crsrepro.analyse import depth
 
     table = analysis.depth
     best = depth.best_depths(table)
-    wins, pairs = depth.intermediate_wins(table)
     top = best.loc[best["gain"].idxmax()]
-    tests = depth.paired_test(table)
+    counts = depth.win_counts(table)
     agreement, _ = depth.val_selected_ranking(table)
-    return {"depth_pairs": _f(pairs), "depth_wins": _f(wins), "depth_n_seeds": _f(int(table["seed"].nunique())),
-            "depth_top_gain_points": _f(100 * float(top["gain"]), 1),
-            "depth_top_pair": f"{short_name(top['encoder'])} on {top['dataset']}",
-            "depth_top_depth": f"{int(top['best_depth'])} %",
-            "depth_n_significant": _f(int((tests["p"] < 0.05).sum())),
-            "depth_val_tau": _f(agreement.kendall_tau), "depth_val_reversed": _f(int(agreement.reversed_pairs)),
-            "depth_val_n_pairs": _f(int(agreement.n_pairs))}
+    out = {"depth_pairs": _f(int(counts.loc["depth100", "pairs"])), "depth_n_seeds": _f(int(table["seed"].nunique())),
+           "depth_alpha": f"{100 * depth.ALPHA:.0f} %", "depth_top_gain_points": _f(100 * float(top["gain"]), 1),
+           "depth_top_pair": f"{short_name(top['encoder'])} on {top['dataset']}",
+           "depth_top_depth": f"{top['best_depth']:.0f} %",
+           "depth_val_tau": _f(agreement.kendall_tau), "depth_val_reversed": _f(int(agreement.reversed_pairs)),
+           "depth_val_n_pairs": _f(int(agreement.n_pairs))}
+    for reference, prefix in (("depth100", "depth_"), ("final", "depth_final_")):
+        tests, row = depth.paired_test(table, reference), counts.loc[reference]
+        worse = tests[tests["worse"]]
+        out |= {f"{prefix}wins": _f(int(row["wins"])), f"{prefix}wins_null": _f(float(row["expected"]), 2),
+                f"{prefix}wins_p": _f(float(row["p_value"])), f"{prefix}n_significant": _f(int(tests["survives"].sum())),
+                f"{prefix}n_worse": _f(len(worse)),
+                f"{prefix}worse_pairs": "; ".join(f"{short_name(e)} on {d}" for e, d in zip(worse["encoder"], worse["dataset"]))
+                or "none"}
+    return out
 
 
 def lora(analysis) -> dict[str, str]:
     """Chapter 07: this run's LoRA plan, the per-domain agreement and gains, the four-dimensional
-    comparison, and the GPU-hours of the paper's protocol (:func:`crsrepro.run.lora.paper_gpu_hours`)."""
-    from crsrepro.run.lora import paper_gpu_hours
-    from crsrepro.run.plan import THROUGHPUTS
+    comparison (each regime among its own peers, and the frozen-peer version beside it), and the GPU-hours
+    of the paper's protocol (:func:`crsrepro.run.plan.paper_gpu_hours`)."""
+    from crsrepro.analyse.lora import lora_fractions
+    from crsrepro.run.plan import THROUGHPUTS, paper_gpu_hours
 
     rows, comparison = analysis.lora_results, analysis.lora
     domains, crs = comparison.per_domain, comparison.crs
@@ -226,7 +264,12 @@ def lora(analysis) -> dict[str, str]:
             "lora_leader_changes": _f(int(domains["leader_changed"].sum())),
             "lora_gain_min": _f(float(domains["auroc_gain"].min())), "lora_gain_max": _f(float(domains["auroc_gain"].max())),
             "lora_n_domains_below_frozen": _f(int((domains["auroc_gain"] < 0).sum())),
+            "lora_tau_ci": "; ".join(f"{r.dataset} {_f(r.kendall_tau)} [{_f(r.tau_ci_low)}, {_f(r.tau_ci_high)}]"
+                                     for r in domains.itertuples()),
+            "lora_fractions": ", ".join(f"{100 * f:g} %" for f in lora_fractions(rows)),
             "lora_crs_tau": _f(crs.kendall_tau), "lora_crs_shift": _f(crs.mean_abs_rank_shift, 2),
+            "lora_crs_tau_frozen_peers": (_f(comparison.crs_frozen_peers.kendall_tau)
+                                          if comparison.crs_frozen_peers is not None else "n/a"),
             "lora_top3_hold": "hold" if comparison.top3_hold else "do not hold",
             "lora_top_mover": short_name(comparison.movers.index[0]),
             "lora_top_mover_from": _f(int(mover["rank_a"])), "lora_top_mover_to": _f(int(mover["rank_b"])),

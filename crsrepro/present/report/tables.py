@@ -207,38 +207,56 @@ def transfer_welch(analysis):
 
 
 def external_validity(analysis):
-    """Chapter 05's external validity (:meth:`RunAnalysis.external_validity` on the first transfer pair) as
-    a table of its scalars, or a note when the profile names no transfer set."""
+    """Chapter 05's external validity (:meth:`RunAnalysis.external_validity` on the first transfer pair):
+    rho(CRS, target AUROC), rho(source AUROC, target AUROC) and their difference, each with ``estimate,
+    ci_low, ci_high, plug_in`` (encoder bootstrap) and the number of encoders; a note when the profile
+    names no transfer set."""
     pair = first_transfer(analysis)
-    return scalars(analysis.external_validity(*pair)) if pair else _no_transfer(analysis)
+    if pair is None:
+        return _no_transfer(analysis)
+    result = analysis.external_validity(*pair)
+    return result.intervals.assign(n_encoders=len(result.table)).round(3)
 
 
 def transfer_thresholds(analysis, shifts: pd.DataFrame):
-    """The rows of :func:`crsrepro.analyse.operating_points.severity_summary` for the transfer sets (no severity);
-    None (nothing shown) when the profile names no transfer set."""
+    """The rows of :func:`crsrepro.analyse.operating_points.severity_summary` for the transfer sets (no severity),
+    with their intervals; None (nothing shown) when the profile names no transfer set."""
     if first_transfer(analysis) is None:
         return None
-    return shifts[shifts["severity"].isna()].round(3)
+    return shifts[shifts["severity"].isna()].drop(columns=["perturbation", "severity"]).round(3)
 
 
 # --------------------------------------------------------------------------- uncertainty
 
+def crs_bootstrap_table(analysis, level: float = 0.95) -> pd.DataFrame:
+    """Per encoder, best first: the published CRS, then the two-level bootstrap (seeds x test cases,
+    :attr:`crsrepro.analyse.run_analysis.RunAnalysis.crs_bootstrap`: bias-corrected ``estimate`` with its
+    ``level`` interval, P(rank 1), P(top 3)) beside the paper's seed-only bootstrap
+    (:attr:`~crsrepro.analyse.run_analysis.RunAnalysis.bootstrap`, the same columns prefixed ``seed_``)."""
+    two_level = analysis.crs_bootstrap.summary(level).set_index("encoder")
+    seed = analysis.bootstrap.interval(level).join(analysis.bootstrap.p_rank1).join(analysis.bootstrap.p_top3)
+    table = pd.DataFrame({"published CRS": two_level["plug_in"], "estimate": two_level["estimate"],
+                          "ci_low": two_level["ci_low"], "ci_high": two_level["ci_high"],
+                          "p_rank1": two_level["p_rank1"], "p_top3": two_level["p_top3"]})
+    for column in ("estimate", "ci_low", "ci_high", "p_rank1", "p_top3"):
+        table[f"seed_{column}"] = seed[column].reindex(table.index)
+    return table.round(3)
+
+
 def two_level_intervals(analysis, level: float = 0.95) -> pd.DataFrame:
-    """Per dataset and encoder, the ``level`` intervals of D (AUROC) and C (ECE) from the two-level
-    bootstrap over seeds x test cases (:attr:`crsrepro.analyse.run_analysis.RunAnalysis.two_level_bootstrap`,
-    ``summary(level)``), with each interval's width."""
-    parts = {dataset: result.summary(level) for dataset, result in analysis.two_level_bootstrap.items()}
-    table = pd.concat(parts, names=["dataset"])
-    return table.assign(auroc_width=table["auroc_ci_high"] - table["auroc_ci_low"],
-                        ece_width=table["ece_ci_high"] - table["ece_ci_low"])
+    """Per dataset and encoder, the ``level`` interval of every raw dimension (D, C, L, R) from the same
+    two-level draw as the CRS (:meth:`crsrepro.score.stats.CrsBootstrapResult.dimension_intervals`), with
+    each interval's width."""
+    return analysis.crs_bootstrap.dimension_intervals(level)
 
 
 def seed_count_coverage(coverage_profile: str | None, n_seeds: int = 5):
     """How often an ``n_seeds``-seed bootstrap interval covers the estimate of a run with many seeds
-    (:meth:`crsrepro.analyse.run_analysis.RunAnalysis.seed_count_coverage` on ``coverage_profile``, e.g. ``demo-seeds20``),
-    as a one-row table; a note instead when ``coverage_profile`` is empty (the smoke book skips it).
+    (:meth:`crsrepro.analyse.run_analysis.RunAnalysis.seed_count_coverage` on ``coverage_profile``, e.g.
+    ``demo-seeds20``): one row for the paper's seed bootstrap and one for the two-level bootstrap; a note
+    instead when ``coverage_profile`` is empty (the smoke book skips it).
 
-    The coverage profile's results are loaded (its grid runs when they are missing).
+    The coverage profile's results must exist (``crsrepro book`` runs its grid first).
     """
     from crsrepro.analyse.run_analysis import RunAnalysis
 
@@ -246,12 +264,23 @@ def seed_count_coverage(coverage_profile: str | None, n_seeds: int = 5):
         return admonition("note", "Coverage of a few-seed bootstrap: not run here", paragraph(
             "This build sets `coverage_profile` empty, so the coverage check is skipped. Run the chapter with "
             "`-p coverage_profile demo-seeds20` to measure it on a 20-seed run."))
-    table = RunAnalysis.load(coverage_profile).seed_count_coverage(n_seeds)
-    attrs = table.attrs
-    return pd.DataFrame([{"profile": coverage_profile, "seeds per interval": attrs["n_seeds"],
-                          "seeds of the run": attrs["n_all_seeds"], "subsets": attrs["n_subsets"],
-                          "pairs": len(table), "nominal": attrs["level"], "coverage": round(attrs["coverage"], 3),
-                          "mean width": round(float(table["mean_width"].mean()), 3)}]).set_index("profile")
+    analysis = RunAnalysis.load(coverage_profile)
+    rows = []
+    for two_level, n_subsets, n_resamples in ((False, 40, 1000), (True, COVERAGE_TWO_LEVEL_SUBSETS,
+                                                                  COVERAGE_TWO_LEVEL_RESAMPLES)):
+        table = analysis.seed_count_coverage(n_seeds, n_subsets, two_level=two_level, n_resamples=n_resamples)
+        attrs = table.attrs
+        rows.append({"bootstrap": attrs["bootstrap"], "profile": coverage_profile, "seeds per interval": attrs["n_seeds"],
+                     "seeds of the run": attrs["n_all_seeds"], "subsets": attrs["n_subsets"],
+                     "replicates": attrs["n_resamples"], "pairs": len(table), "nominal": attrs["level"],
+                     "coverage": round(attrs["coverage"], 3), "mean width": round(float(table["mean_width"].mean()), 3)})
+    return pd.DataFrame(rows).set_index("bootstrap")
+
+
+#: [ours] The two-level coverage check's size: each subset runs a whole CRS bootstrap over the 20-seed run's cases,
+#: so it uses fewer subsets and replicates than the seed-only check (40 x 1000); its coverage is correspondingly coarse.
+COVERAGE_TWO_LEVEL_SUBSETS = 10
+COVERAGE_TWO_LEVEL_RESAMPLES = 200
 
 
 # --------------------------------------------------------------------------- subgroups
