@@ -54,6 +54,8 @@ ACTS = {
              "newcomer's grid into <output_dir>/newcomers/<id>/ and the feature cache.",
     "plan": "May: read the profile and the encoder registry. Needs no data and writes nothing.",
     "check-weights": "May: read local weights on the CPU. Never downloads, writes nothing.",
+    "dry-run": "May: read the real images; write one encoder's random-weight checkpoint at a time to the "
+               "temporary folder (removed after it). Never downloads, writes no result.",
     "recalibrate": "May: read --scores (and --apply) and write --out, its .map.json and its .reliability.png; "
                    "never an input, and an existing file only with --overwrite.",
     "quality-check": "May: read the images (and --reference) and write the --out csv when given.",
@@ -140,10 +142,13 @@ def _cmd_score(args) -> None:
 def _cmd_check_weights(args) -> None:
     from crsrepro.tools.check_weights import check_weights
 
-    results = check_weights(args.encoder, weights=args.weights)
-    failed = [r.encoder_id for r in results if r.found and not r.passed]
-    if failed:
-        raise CrsreproError(f"{len(failed)} encoder(s) found but not loaded as released: {', '.join(failed)}")
+    check_weights(args.encoder, require_all=args.all, weights=args.weights)  # raises after the report
+
+
+def _cmd_dry_run(args) -> None:
+    from crsrepro.tools.dry_run import dry_run
+
+    dry_run(args.profile, images_root=args.images, encoders=args.encoder, lora_images=args.lora_images)
 
 
 def _cmd_recalibrate(args) -> None:
@@ -239,13 +244,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", default=None, help="weights path (default: CRSREPRO_WEIGHTS/<id>/)")
     p = sub.add_parser("check-weights", help="check local paper-encoder weights on the CPU (never downloads)",
                        description="Load each paper encoder's local weights strictly on the CPU and print: found "
-                       "or not (and where it looked), the file's top-level keys, the strict-load result, the "
-                       "parameter count against the spec, and one embedding's shape and norm. Exit status 0 when "
-                       "every encoder found loads strictly with the spec's parameter count (weights not found "
-                       f"are reported and do not fail); 2 otherwise. {ACTS['check-weights']}")
+                       "or not (and where it looked), where to get it, its pinned revision and licence, the file's "
+                       "top-level keys, the strict-load result, the parameter count against the spec, one "
+                       "embedding's shape and norm, and a summary table. Exit status 2 when an encoder found does "
+                       "not load strictly with the spec's parameter count, when an --encoder is not found, or with "
+                       f"--all when any of the 15 is not found; else 0. {ACTS['check-weights']}")
     p.set_defaults(func=_cmd_check_weights)
     p.add_argument("--encoder", action="append", default=None, help="a paper encoder id (repeatable; default: all 15)")
     p.add_argument("--weights", default=None, help="weights path for the one --encoder (default: the usual lookup)")
+    p.add_argument("--all", action="store_true", help="require all 15 paper encoders (exit 2 when any is missing)")
+    p = add("dry-run", _cmd_dry_run, "build the profile's paper architectures at real size with random weights "
+            "(nothing downloaded) and run native-size extraction of every depth tap, one LoRA step, a probe, a "
+            "recalibrator, the scores and the CRS on a handful of real images per domain; report peak memory, "
+            "CPU images/s and the planner's GPU estimate per encoder")
+    p.add_argument("--images", type=Path, default=None,
+                   help="folder holding nih_cxr14/, kermany/ and isic2017/ (default: $CRSREPRO_DATA)")
+    p.add_argument("--encoder", action="append", default=None, help="a subset of the profile's encoders (repeatable)")
+    p.add_argument("--lora-images", type=int, default=1, help="images in the one LoRA step (0: no LoRA step)")
     p = add("recalibrate", _cmd_recalibrate, "recalibrate a local cohort's model outputs (multi-class; "
             "multi-label outputs are out of scope) and report ECE and AUROC before and after")
     p.add_argument("--scores", type=Path, required=True, help="csv: one score column per class and a label column")

@@ -32,7 +32,7 @@ from transformers import (
 from crsrepro.encoders import create_encoder, get_encoder_spec, list_encoders, local, paper
 from crsrepro.encoders import registry, weights
 from crsrepro.encoders.registry import (NETWORK_TAPS, PAPER_TAPS, EncoderSpec, pil_to_uint8_tensor, register,
-                                       resize_to_input)
+                                       remap_to_uint8, resize_to_input)
 from crsrepro.encoders.weights import load_state_dict, md5_of, resolve_weights, state_dict_hash, weights_hash
 from crsrepro.core.errors import MissingWeightsError, UnknownEncoderError, WrongWeightsError
 
@@ -412,9 +412,10 @@ def test_the_padding_releases_pad_with_their_own_fill():
     modes = {i: (get_encoder_spec(i).resize_mode, get_encoder_spec(i).pad_fill) for i in PAPER_IDS if get_encoder_spec(i).resize_mode == "pad"}
     assert modes == {"medical.medsiglip": ("pad", (0, 0, 0)), "medical.llava_med": ("pad", (122, 116, 104)),
                      "specialist.chexzero": ("pad", (0, 0, 0))}
-    assert get_encoder_spec("general.dinov2").preprocessing == {  # unchanged for crop-mode, unpinned encoders
+    assert get_encoder_spec("general.dinov2").preprocessing == {  # a crop-mode encoder: no pad fields; its pin
         "input_size": 224, "mean": list(paper.IMAGENET_MEAN), "std": list(paper.IMAGENET_STD),
-        "interpolation": "bicubic", "resize": "short_side_then_center_crop"}
+        "interpolation": "bicubic", "resize": "short_side_then_center_crop",
+        "hf_revision": "f9e44c814b77203eaa57a6bdbbd535f21ede1415"}
 
 
 def test_release_fields_follow_the_releases():
@@ -449,8 +450,15 @@ def test_weights_resolve_from_a_populated_offline_hf_cache_at_the_pinned_revisio
     cache = tmp_path / "hf_cache"
     source = make_weights(tmp_path, "general.resnet50")  # with the fc.* head of the real tv_in1k file
     assert "fc.weight" in load_state_dict(source / "model.safetensors")
-    snapshot = _populate_hf_cache(cache, "timm/resnet50.tv_in1k", source)
+    resnet = get_encoder_spec("general.resnet50")  # pinned to a commit: main at another commit is not used
+    _populate_hf_cache(cache, resnet.hf_repo, source, commit="c" * 40)
     point_hf_cache_at(monkeypatch, cache)
+    with pytest.raises(MissingWeightsError, match=f"revision {resnet.hf_revision}"):
+        create_encoder("general.resnet50")
+    snapshot = cache / "models--timm--resnet50.tv_in1k" / "snapshots" / resnet.hf_revision
+    snapshot.mkdir()
+    for path in source.iterdir():
+        (snapshot / path.name).write_bytes(path.read_bytes())
     encoder = create_encoder("general.resnet50")
     assert encoder.weights_path == snapshot
     # BioViL is pinned to v1.1: a cache holding only main is not used, one holding v1.1 is
@@ -490,3 +498,23 @@ def test_hf_taps_are_pooled_as_they_go_and_match_the_hidden_states(tmp_path):
     for name, block in registry.depth_block_indices(4, ["depth25", "depth50", "depth75", "depth100"]).items():
         torch.testing.assert_close(taps[name], norm(out.hidden_states[block + 1]).mean(dim=1))
     torch.testing.assert_close(taps["final"], out.pooler_output)
+
+
+def test_llava_pads_a_greyscale_image_with_grey_114_and_a_colour_image_with_the_mean_colour():
+    spec = get_encoder_spec("medical.llava_med")
+    grey = torch.full((1, 3, 10, 20), 50, dtype=torch.uint8)
+    colour = grey.clone()
+    colour[:, 0] = 60
+    out = resize_to_input(spec, torch.cat([grey, colour]))
+    assert out[0, :, 0, 0].tolist() == [114, 114, 114] and out[1, :, 0, 0].tolist() == [122, 116, 104]
+    assert spec.preprocessing["pad_fill_grey"] == 114
+
+
+def test_biovil_stretches_each_image_to_0_255_as_hi_ml_remap_to_uint8():
+    spec = get_encoder_spec("specialist.biovil")
+    image = torch.randint(40, 200, (1, 3, 480, 480), dtype=torch.uint8)  # at the input size: remapped only
+    out = resize_to_input(spec, image)
+    assert int(out.min()) == 0 and int(out.max()) == 255 and spec.preprocessing["intensity_remap"] == "minmax"
+    flat = torch.tensor([40, 120, 200], dtype=torch.uint8).view(1, 1, 1, 3).expand(1, 3, 1, 3)
+    assert remap_to_uint8(flat)[0, 0, 0].tolist() == [0, 127, 255]  # hi-ml truncates to uint8
+    assert "intensity_remap" not in get_encoder_spec("general.resnet50").preprocessing

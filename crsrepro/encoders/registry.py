@@ -67,6 +67,7 @@ LOADERS = ("timm", "open_clip", "transformers", "local", "demo")
 INTERPOLATIONS = ("bicubic", "bilinear")
 POOLINGS = ("cls", "mean_patch", "image_embed", "gap")
 RESIZE_MODES = ("crop", "pad")
+INTENSITY_REMAPS = ("none", "minmax")
 NETWORK_TAPS = ("depth25", "depth50", "depth75", FINAL)
 PAPER_TAPS = ("depth25", "depth50", "depth75", "depth100", FINAL)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -103,6 +104,15 @@ class EncoderSpec:
         LLaVA and CheXzero do this).
     pad_fill : tuple of 3 ints
         The ``uint8`` colour of the padding in ``pad`` mode (zeros: black).
+    pad_fill_grey : int or None
+        The grey level that pads a greyscale image (one whose three channels are equal, as greyscale
+        files are read) instead of ``pad_fill``; None: ``pad_fill`` for every image. LLaVA pads an ``L``
+        image with one grey, ``int(255 * mean(image_mean))`` (114 for OpenAI CLIP), and an RGB image with
+        the mean colour.
+    intensity_remap : str
+        ``none`` (default), or ``minmax``: each image's intensities are stretched to 0..255 before the
+        resize (hi-ml's ``remap_to_uint8``, BioViL's ``load_image``: subtract the minimum, divide by the
+        maximum, times 255, truncated to uint8).
     pooling : str
         The embedding: ``cls`` (class token), ``mean_patch`` (mean of the patch tokens),
         ``image_embed`` (the model's projected image embedding) or ``gap`` (global average pooling of
@@ -158,6 +168,8 @@ class EncoderSpec:
     n_params: int | None = None
     resize_mode: str = "crop"
     pad_fill: tuple[int, int, int] = (0, 0, 0)
+    pad_fill_grey: int | None = None
+    intensity_remap: str = "none"
     intermediate_pooling: str | None = None
     feature_layer: int = -1
     notes: str = ""
@@ -176,6 +188,10 @@ class EncoderSpec:
             problems.append(f"resize_mode must be one of {RESIZE_MODES}")
         if len(self.pad_fill) != 3 or not all(0 <= int(v) <= 255 for v in self.pad_fill):
             problems.append("pad_fill must be 3 integers in 0..255")
+        if self.pad_fill_grey is not None and not 0 <= int(self.pad_fill_grey) <= 255:
+            problems.append("pad_fill_grey must be an integer in 0..255")
+        if self.intensity_remap not in INTENSITY_REMAPS:
+            problems.append(f"intensity_remap must be one of {INTENSITY_REMAPS}")
         if self.pooling not in POOLINGS or (self.intermediate_pooling or "cls") not in POOLINGS:
             problems.append(f"pooling must be one of {POOLINGS}")
         if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
@@ -200,6 +216,10 @@ class EncoderSpec:
             fields["resize"] = "short_side_then_center_crop"
         else:
             fields.update(resize="pad_to_square_then_resize", pad_fill=[int(v) for v in self.pad_fill])
+            if self.pad_fill_grey is not None:
+                fields["pad_fill_grey"] = int(self.pad_fill_grey)
+        if self.intensity_remap != "none":
+            fields["intensity_remap"] = self.intensity_remap
         if self.hf_revision is not None:
             fields["hf_revision"] = self.hf_revision
         return fields
@@ -367,13 +387,36 @@ def resize_to_input(spec: EncoderSpec, batch: torch.Tensor) -> torch.Tensor:
     CheXzero).
     """
     size = spec.input_size
+    if spec.intensity_remap == "minmax":
+        batch = remap_to_uint8(batch)
     if batch.shape[-2:] == (size, size):
         return batch
     mode = InterpolationMode.BICUBIC if spec.interpolation == "bicubic" else InterpolationMode.BILINEAR
     if spec.resize_mode == "pad":
-        batch = pad_to_square(batch, spec.pad_fill)
+        if spec.pad_fill_grey is None:
+            batch = pad_to_square(batch, spec.pad_fill)
+        else:  # per image: grey for a greyscale image, as LLaVA's expand2square
+            grey = (spec.pad_fill_grey,) * 3
+            batch = torch.cat([pad_to_square(image[None], grey if bool((image == image[:1]).all()) else spec.pad_fill)
+                               for image in batch])
         return TF.resize(batch, [size, size], interpolation=mode, antialias=True)
     return TF.center_crop(TF.resize(batch, [size], interpolation=mode, antialias=True), [size, size])
+
+
+def remap_to_uint8(batch: torch.Tensor) -> torch.Tensor:
+    """Stretch each image of ``[B, 3, H, W]`` to the full range, as hi-ml's ``remap_to_uint8`` (BioViL):
+    minus its minimum, divided by its maximum, times 255 (1.0 for float input), truncated for ``uint8``;
+    a constant image stays as it is.
+
+    >>> remap_to_uint8(torch.tensor([40, 120, 200], dtype=torch.uint8).view(1, 1, 1, 3).expand(1, 3, 1, 3))[0, 0].tolist()
+    [[0, 127, 255]]
+    """
+    x = batch.double()
+    low = x.amin(dim=(1, 2, 3), keepdim=True)
+    span = x.amax(dim=(1, 2, 3), keepdim=True) - low
+    scale = 255.0 if batch.dtype == torch.uint8 else 1.0
+    out = torch.where(span > 0, (x - low) / span.clamp(min=1e-12) * scale, x)
+    return out.to(torch.uint8) if batch.dtype == torch.uint8 else out.to(batch.dtype)
 
 
 def pad_to_square(batch: torch.Tensor, fill: Sequence[int]) -> torch.Tensor:

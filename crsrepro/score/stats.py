@@ -550,20 +550,32 @@ def _weighted_aurocs(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor,
     n_columns, n_cases = score.shape
     out = torch.empty(n_columns, counts.shape[0], dtype=torch.float64, device=score.device)
     step = max(1, max_elements // max(1, counts.shape[0] * n_cases))
+    counts_t = counts.T.contiguous()  # (N, B): a column's cases in its sorted order are rows of it
     for start in range(0, n_columns, step):
         sc = score[start:start + step].double()
         tg = y[torch.arange(start, start + len(sc), device=y.device) % y.shape[0]]
         order = torch.argsort(sc, dim=1)
         s, t = torch.gather(sc, 1, order), torch.gather(tg, 1, order)
-        new_group = torch.cat([torch.zeros_like(s[:, :1], dtype=torch.long), (s[:, 1:] != s[:, :-1]).long()], 1)
-        group = torch.cumsum(new_group, 1)  # (g, N)
-        c = counts.T[order].permute(0, 2, 1)  # (g, B, N): each column's cases in its sorted order
-        index = group[:, None, :].expand_as(c)
-        pos = torch.zeros_like(c).scatter_add_(2, index, c * torch.nan_to_num(t, nan=0.0)[:, None, :])
-        neg = torch.zeros_like(c).scatter_add_(2, index, c * torch.nan_to_num(1 - t, nan=0.0)[:, None, :])
-        below = torch.cumsum(neg, 2) - neg
-        total = pos.sum(2) * neg.sum(2)
-        out[start:start + step] = (pos * (below + neg / 2)).sum(2) / torch.where(total > 0, total, torch.nan)
+        c = counts_t[order]  # (g, N, B), contiguous over the replicates
+        pos = c * torch.nan_to_num(t, nan=0.0).to(c.dtype)[:, :, None]
+        neg = c * torch.nan_to_num(1 - t, nan=0.0).to(c.dtype)[:, :, None]
+        neg_through = torch.cumsum(neg, 1)  # negative weight at or below each position
+        if bool((s[:, 1:] != s[:, :-1]).all()):  # no ties: a case's tie group is itself
+            credit = neg_through - neg / 2
+        else:  # N_<g and N_g of each case's tie group g, read at the group's first and last position
+            position = torch.arange(n_cases, device=s.device).expand_as(s)
+            new_group = torch.cat([torch.ones_like(s[:, :1], dtype=torch.bool), s[:, 1:] != s[:, :-1]], 1)
+            first = torch.cummax(torch.where(new_group, position, 0), 1).values
+            last_of_next = torch.cat([new_group[:, 1:], torch.ones_like(s[:, :1], dtype=torch.bool)], 1)
+            last = torch.flip(torch.cummin(torch.flip(torch.where(last_of_next, position, n_cases - 1), [1]), 1).values,
+                              [1])
+            expand = (-1, -1, c.shape[2])
+            below = torch.gather(neg_through - neg, 1, first[:, :, None].expand(*expand))
+            tied = torch.gather(neg_through, 1, last[:, :, None].expand(*expand)) - below
+            credit = below + tied / 2
+        total = pos.sum(1) * neg.sum(1)
+        out[start:start + step] = ((pos * credit).sum(1, dtype=torch.float64)
+                                   / torch.where(total > 0, total, torch.nan).double())
     return out
 
 
@@ -952,7 +964,7 @@ def _one_hot(labels: np.ndarray, task: str, n_classes: int, device) -> tuple[tor
 
 def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataFrame, frame: ReferenceFrame, *,
                   n_resamples: int = 1000, rng=0, device: str | None = None, resample_cases: bool = True,
-                  n_bins: int = 15, batch_size: int = 100, progress: bool = False) -> CrsBootstrapResult:
+                  n_bins: int = 15, batch_size: int | None = None, progress: bool = False) -> CrsBootstrapResult:
     """The two-level bootstrap of the CRS: seeds *and* test cases in one shared draw (DESIGN.md section 10).
 
     Beyond the paper, whose bootstrap resamples only the seeds (:func:`seed_paired_bootstrap`), so
@@ -992,8 +1004,9 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
     resample_cases : bool, default True
         False keeps every case once: the seed-only bootstrap, the paper's, from the same code.
     n_bins : int, default 15
-    batch_size : int, default 100 **[ours]**
-        Replicates per batch (memory about ``batch_size x N x 8`` bytes per tensor).
+    batch_size : int, optional
+        Replicates per batch; default: as many as keep a batch's case counts near 4 million entries per
+        dataset (the AUROC kernel chunks its columns to bound memory on its own).
     progress : bool, default False
 
     Returns
@@ -1045,7 +1058,8 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
         transfer = [macro(_weighted_aurocs(y_t, scores[e], transfer_counts[t]), 1, y_t.shape[0])[0]
                     for t, (y_t, scores) in x["transfers"].items()]
         drops = np.moveaxis(auroc[None] - np.concatenate([perturbed, np.array(transfer).reshape(-1, *auroc.shape)]), 0, -1)
-        ece = np.stack([weighted_ece(x["y_ece"], x["clean"][e][s], counts, task=c.task, n_bins=n_bins).cpu().numpy()
+        counts64 = counts.double()
+        ece = np.stack([weighted_ece(x["y_ece"], x["clean"][e][s], counts64, task=c.task, n_bins=n_bins).cpu().numpy()
                         for s in range(len(seeds))])
         parts = {"auroc": auroc, "ece": ece, "robustness": _where_finite(robustness_raw, drops),
                  "retention": _where_finite(lambda v: label_efficiency_retention(
@@ -1058,7 +1072,7 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
         for d in datasets:
             def draw(n):
                 return torch.as_tensor(_case_counts(generator, b, n) if draw_cases else np.ones((b, n)),
-                                       dtype=torch.float64, device=dev)
+                                       dtype=torch.float32, device=dev)  # multiplicities: exact in float32
             counts = draw(shapes[d][1])
             transfer_counts = {t: draw(len(labels)) for t, (labels, _) in cases[d].transfers.items()}
             for e in encoders_of[d]:
@@ -1074,6 +1088,8 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
                          f"{cells['encoder'].iloc[i]} on {cells['dataset'].iloc[i]} is {identity[i, k]:.6f} from the "
                          f"cases, {published[i, k]:.6f} in the table (cases from another run?)")
     raw = np.empty((n_resamples, len(cells), 4))
+    if batch_size is None:
+        batch_size = max(1, min(n_resamples, 4_000_000 // max(n for _, n in shapes.values())))
     for start in tqdm(range(0, n_resamples, batch_size), desc="CRS bootstrap", disable=not progress):
         b = min(batch_size, n_resamples - start)
         raw[start:start + b] = replicate_batch(seed_draws[start:start + b], b, resample_cases)

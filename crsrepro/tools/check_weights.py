@@ -3,6 +3,9 @@
 What a user runs on their own files before a GPU-day. For each paper encoder (or one), on the CPU and
 never downloading, :func:`check_encoder` reports
 
+- the release: where to get the checkpoint (the release's own instructions: a hub repository, a gated
+  model and its terms, or the authors' Drive link), the pinned revision (or that it is unverified) and
+  how it was chosen, and the licence (:data:`crsrepro.encoders.paper.PAPER_RELEASES`);
 - whether the weights were found, and where (or every place looked at: :func:`resolve_weights`);
 - the weight file's top-level entries (tensors grouped by key prefix; any non-tensor entry, such as
   an ``args`` Namespace, with its type), read safely;
@@ -10,8 +13,11 @@ never downloading, :func:`check_encoder` reports
 - the parameter count of the built network against ``spec.n_params`` (the real checkpoint's);
 - the shape and L2 norm of the ``final`` embedding of one fixed synthetic, non-square image.
 
-An encoder passes when its weights load strictly with the spec's parameter count. Weights that are not
-found are reported and do not fail the check (most users hold only some of the 15).
+A summary table (one row per encoder) ends the output. An encoder passes when its weights load strictly
+with the spec's parameter count. :func:`check_weights` raises after printing everything when an encoder
+was found but does not pass, when an encoder asked for by id is not found, or, with ``require_all``
+(``--all``), when any of the 15 is not found. Checking all 15 without ``require_all`` is a survey: encoders
+not found are reported and do not fail (most users hold only some of the 15).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from crsrepro.core.errors import CrsreproError, MissingWeightsError
+from crsrepro.core.errors import CrsreproError, MissingWeightsError, WrongWeightsError
 from crsrepro.core.schema import FINAL
 from crsrepro.encoders import create_encoder, get_encoder_spec, paper
 from crsrepro.encoders.weights import find_weight_file, load_state_dict, resolve_weights
@@ -41,6 +47,8 @@ class CheckResult:
     found: bool = False
     passed: bool = False
     lines: list[str] = field(default_factory=list)
+    revision: str = "-"
+    licence: str = ""
 
     def report(self) -> str:
         return "\n".join([self.encoder_id] + [f"  {line}" for line in self.lines])
@@ -84,10 +92,44 @@ def describe_checkpoint(path: Path) -> str:
     return f"{path.name}: {len(checkpoint)} top-level entries: " + "; ".join(entries)
 
 
+def revision_label(spec) -> str:
+    """The pinned revision as the summary shows it: the commit (short), the tag, ``main (UNVERIFIED)``, or
+    ``-`` for a checkpoint that is not on a hub."""
+    if spec.hf_repo is None:
+        return "-"
+    if not paper.PAPER_RELEASES[spec.id].verified:
+        return f"{spec.hf_revision} (UNVERIFIED)"
+    return spec.hf_revision[:12]
+
+
+def release_lines(spec) -> list[str]:
+    """Where to get ``spec``'s checkpoint, on which terms, the revision to download and the licence."""
+    release = paper.PAPER_RELEASES[spec.id]
+    lines = [f"get: {release.source}", f"access: {release.access}"]
+    if spec.hf_repo is not None:
+        status = "pinned" if release.verified else "UNVERIFIED, follows the branch"
+        lines += [f"revision: {spec.hf_revision} ({status})",
+                  f"download: huggingface-cli download {spec.hf_repo} --revision {spec.hf_revision}"]
+    else:
+        lines.append("revision: none (not on a hub)")
+    lines += [f"pin: {release.pin}", f"licence: {spec.licence}"]
+    return lines
+
+
+def summary_table(results) -> str:
+    """One row per encoder: found, passed, the pinned revision and the licence."""
+    rows = [("encoder", "found", "loads as released", "revision", "licence")]
+    rows += [(r.encoder_id, "yes" if r.found else "NO", ("yes" if r.passed else "NO") if r.found else "-",
+              r.revision, r.licence) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows)
+
+
 def check_encoder(encoder_id: str, *, weights=None) -> CheckResult:
     """Check one paper encoder's local weights on the CPU (see the module docstring)."""
     spec = get_encoder_spec(encoder_id)
-    result = CheckResult(encoder_id)
+    result = CheckResult(encoder_id, revision=revision_label(spec), licence=spec.licence)
+    result.lines.extend(release_lines(spec))
     try:
         where = resolve_weights(spec, weights)
     except MissingWeightsError as err:
@@ -116,14 +158,31 @@ def check_encoder(encoder_id: str, *, weights=None) -> CheckResult:
     return result
 
 
-def check_weights(encoder_ids=None, *, weights=None, out=print) -> list[CheckResult]:
-    """Check ``encoder_ids`` (default: the 15 paper encoders), printing each report through ``out``.
+def check_weights(encoder_ids=None, *, require_all: bool = False, weights=None, out=print) -> list[CheckResult]:
+    """Check ``encoder_ids`` (default: the 15 paper encoders), printing each report and then the summary
+    table through ``out``.
+
+    Parameters
+    ----------
+    encoder_ids : list of str, optional
+        Paper encoder ids (``--encoder``); each must be found.
+    require_all : bool
+        ``--all``: check the 15, and every one must be found.
+    weights : path, optional
+        The weights of the one encoder in ``encoder_ids``.
 
     Raises
     ------
+    MissingWeightsError
+        After the report: an encoder asked for by id, or with ``require_all`` any of the 15, is not found.
+    WrongWeightsError
+        After the report: an encoder was found but does not load as released.
     CrsreproError
-        An id that is not a paper encoder, or ``weights`` given for more than one encoder.
+        An id that is not a paper encoder, ``weights`` given for more than one encoder, or ids together
+        with ``require_all``.
     """
+    if encoder_ids and require_all:
+        raise CrsreproError("--all checks all 15 paper encoders; give it without --encoder")
     ids = list(encoder_ids or PAPER_IDS)
     for encoder_id in ids:
         get_encoder_spec(encoder_id)  # an unknown id: UnknownEncoderError with close matches
@@ -137,6 +196,14 @@ def check_weights(encoder_ids=None, *, weights=None, out=print) -> list[CheckRes
         results.append(check_encoder(encoder_id, weights=weights))
         out(results[-1].report())
     found = [r for r in results if r.found]
+    out(summary_table(results))
     out(f"{len(found)} of {len(results)} found; {sum(r.passed for r in found)} of {len(found)} found load strictly "
         f"with the spec's parameter count")
+    failed = [r.encoder_id for r in found if not r.passed]
+    if failed:
+        raise WrongWeightsError(f"{len(failed)} encoder(s) found but not loaded as released: {', '.join(failed)}")
+    missing = [r.encoder_id for r in results if not r.found]
+    if missing and (encoder_ids or require_all):
+        asked = "asked for" if encoder_ids else "of the 15 (--all)"
+        raise MissingWeightsError(f"{len(missing)} encoder(s) {asked} not found: {', '.join(missing)}")
     return results

@@ -280,7 +280,7 @@ def seed_count_coverage(coverage_profile: str | None, n_seeds: int = 5):
 #: [ours] The two-level coverage check's size: each subset runs a whole CRS bootstrap over the 20-seed run's cases,
 #: so it uses fewer subsets and replicates than the seed-only check (40 x 1000); its coverage is correspondingly coarse.
 COVERAGE_TWO_LEVEL_SUBSETS = 10
-COVERAGE_TWO_LEVEL_RESAMPLES = 200
+COVERAGE_TWO_LEVEL_RESAMPLES = 100
 
 
 # --------------------------------------------------------------------------- subgroups

@@ -1,0 +1,71 @@
+"""``crsrepro dry-run``: the paper's architectures at real size, random weights, on real images (issue 25).
+
+The fast tests check the real-size table against the specs on the meta device (no memory, no time) and the
+choice of images; the slow test runs a reduced dry run: the three largest architectures (MedGemma at 896 px,
+MedSigLIP, and the ViT-L/14-336 LLaVA-Med tower), extraction of every tap, one LoRA step and the protocol's
+tail. Real images come from ../shared/realdata/images; tests that need them skip when it is absent.
+"""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from crsrepro.encoders import get_encoder_spec, paper
+from crsrepro.tools import dry_run as dr
+
+IMAGES = Path(__file__).resolve().parents[2] / "shared" / "realdata" / "images"
+needs_images = pytest.mark.skipif(not IMAGES.is_dir(), reason=f"{IMAGES} is absent (real images for the dry run)")
+PAPER_IDS = [spec.id for spec, _ in paper.PAPER_ENCODERS]
+
+
+def test_every_paper_encoder_has_a_real_size_and_every_paper_dataset_a_stand_in_or_a_reason():
+    assert set(dr.REAL_SIZE) == set(PAPER_IDS)
+    assert set(dr.STAND_INS) == {"isic2019", "aptos2019", "chexpert", "mimic_cxr"}
+    assert dr.STAND_INS["aptos2019"] is None  # no fundus images in the shared copy: skipped, and said so
+
+
+@pytest.mark.parametrize("encoder_id", PAPER_IDS)
+def test_the_real_size_of_every_architecture_has_the_spec_parameter_count(encoder_id):
+    with torch.device("meta"):  # nothing allocated
+        model = dr.real_size_model(get_encoder_spec(encoder_id))
+    assert sum(p.numel() for p in model.parameters()) == get_encoder_spec(encoder_id).n_params
+
+
+@pytest.mark.parametrize("encoder_id", ["general.resnet50", "specialist.biovil"])
+def test_the_random_checkpoint_in_the_release_layout_builds_at_real_size_through_the_builder(encoder_id, tmp_path):
+    """The two smallest (the others take the slow test and the full dry run); BioViL's MD5 check is skipped."""
+    spec = get_encoder_spec(encoder_id)
+    encoder = dr.build_at_real_size(spec, tmp_path)
+    assert sum(p.numel() for p in encoder.model.parameters()) == spec.n_params
+    # every parameter jittered: timm's zero-initialised last BatchNorm of each block would block LoRA gradients
+    assert all(float(m.weight.detach().abs().min()) > 0 for m in encoder.model.modules()
+               if isinstance(m, torch.nn.BatchNorm2d))
+    if encoder_id == "specialist.biovil":
+        assert spec.weight_md5 is not None and (tmp_path / encoder_id / spec.weight_files[0]).is_file()
+
+
+@needs_images
+def test_one_image_per_class_and_nih_labels_that_differ():
+    domains, notes = dr.load_domains(IMAGES, ["isic2019", "aptos2019", "chexpert", "mimic_cxr"])
+    assert notes == [f"aptos2019: no stand-in in {IMAGES}; skipped"]
+    by = {d.paper_dataset: d for d in domains}
+    assert sorted(by["isic2019"].labels.tolist()) == [0, 1, 2] and sorted(by["mimic_cxr"].labels.tolist()) == [0, 1]
+    nih = by["chexpert"].labels
+    assert nih.shape[0] == 2 and nih[0].sum() == 0 and np.all(nih[0] != nih[1])
+
+
+@pytest.mark.slow
+@needs_images
+def test_a_reduced_dry_run_of_the_three_largest_architectures(tmp_path):
+    largest = sorted(PAPER_IDS, key=lambda e: get_encoder_spec(e).n_params, reverse=True)[:3]
+    assert set(largest) == {"medical.medsiglip", "medical.medgemma", "medical.llava_med"}
+    lines = []
+    table = dr.dry_run("paper", images_root=IMAGES, encoders=largest, scratch=tmp_path, out=lines.append)
+    text = "\n".join(lines)
+    assert list(table["encoder"]) == sorted(largest, key=lambda e: get_encoder_spec(e).n_params
+                                            * get_encoder_spec(e).input_size ** 2)
+    assert "images at 896 px" in text and "(= spec)" in text
+    assert text.count("frozen base unchanged bit for bit") + text.count("LoRA: skipped") == 3
+    assert (table["peak_gb"] > 0).all() and (table["extract_img_s"] > 0).all() and table["crs"].notna().all()
