@@ -54,7 +54,7 @@ ACTS = {
              "newcomer's grid into <output_dir>/newcomers/<id>/ and the feature cache.",
     "plan": "May: read the profile and the encoder registry. Needs no data and writes nothing.",
     "check-weights": "May: read local weights on the CPU. Never downloads, writes nothing.",
-    "dry-run": "May: read the real images; write one encoder's random-weight checkpoint at a time to the "
+    "dry-run": "May: read the real images; write one encoder's checkpoint of random weights at a time to the "
                "temporary folder (removed after it). Never downloads, writes no result.",
     "recalibrate": "May: read --scores (and --apply) and write --out, its .map.json and its .reliability.png; "
                    "never an input, and an existing file only with --overwrite.",
