@@ -792,11 +792,7 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
     seed_draws = (seed_weights(generator, n_resamples, n_seeds) if n_seeds > 1
                   else np.ones((n_resamples, 1)))  # one seed: nothing to draw
     dev = torch.device(device)
-    y = torch.as_tensor(np.asarray(y_true, float), dtype=torch.float64, device=dev)
-    if task == "multiclass":  # class ids for the ECE, one-vs-rest columns for the AUROC
-        y, y_auroc = y.long(), torch.nn.functional.one_hot(y.long(), shape[2]).double()
-    else:
-        y_auroc = y
+    y, y_auroc = _one_hot(y_true, task, shape[2], dev)  # class ids for the ECE, one-vs-rest columns for the AUROC
     stored = {e: torch.as_tensor(arrays[e], device=dev) for e in encoders}  # kept in their (compact) dtype
     out = {m: np.empty((n_resamples, len(encoders))) for m in ("auroc", "ece")}
     for start in tqdm(range(0, n_resamples, batch_size), desc="two-level bootstrap", disable=not progress):
