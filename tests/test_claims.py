@@ -421,7 +421,7 @@ def test_an_analysis_the_results_cannot_support_is_left_out(tmp_path, monkeypatc
 
 def test_the_claims_page_for_synthetic_results(measured):
     page = claims_table(CLAIMS, measured, paper_scope=True).set_index("id")
-    assert page.loc["n_runs", ["this run", "status"]].tolist() == ["17,575", "measured"]
+    assert page.loc["n_runs", ["this run", "status"]].tolist() == ["17,575", "protocol"]  # an echo of the profile
     assert page.loc["auroc_medgemma", "status"] == "measured"
     assert page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:medical.medgemma']:.4g}"
     assert page.loc["lora_auroc_gain_isic", ["this run", "status"]].tolist() == ["0.02", "measured"]
@@ -431,7 +431,36 @@ def test_the_claims_page_for_synthetic_results(measured):
     demo_page = claims_table(CLAIMS, measured, paper_scope=False).set_index("id")
     assert demo_page.loc["auroc_medgemma", "status"] == "paper profile only"
     assert demo_page.loc["auroc_medgemma", "this run"] == f"{measured['aggregate_auroc:rank1']:.4g}"
-    assert demo_page.loc["insertion_fixed_movement", ["this run", "status"]].tolist() == ["0", "measured"]
+    assert demo_page.loc["insertion_fixed_movement", ["this run", "status"]].tolist() == ["0", "protocol"]  # an identity
+
+
+def test_a_protocol_claim_is_never_measured(measured):
+    """Every claim whose evidence is ``protocol`` reads ``protocol`` wherever its measurement exists, on
+    either scope, and never ``measured`` (issue 24)."""
+    protocol = CLAIMS[CLAIMS["evidence"] == "protocol"]
+    assert len(protocol) >= 30 and {"n_runs", "knn_k", "p_rank1_sum", "lora_epochs"} <= set(protocol["id"])
+    everything = {m: 1.0 for m in CLAIMS["measure"].dropna()}
+    for paper_scope in (True, False):
+        page = claims_table(CLAIMS, {**measured, **everything}, paper_scope=paper_scope).set_index("id")
+        assert (page.loc[protocol["id"], "status"] == "protocol").all()
+        assert "protocol" not in set(page.drop(index=protocol["id"])["status"])
+
+
+def test_recalibration_claims_are_not_comparable_on_every_profile(measured):
+    recalibration = CLAIMS[CLAIMS["measure"].fillna("").str.startswith("recalibration_")]["id"]
+    assert len(recalibration) >= 4
+    everything = {m: 0.5 for m in CLAIMS["measure"].dropna()} | {m: 0.5 for m in CLAIMS["analogue"].dropna()}
+    for paper_scope in (True, False):
+        page = claims_table(CLAIMS, everything, paper_scope=paper_scope).set_index("id")
+        assert (page.loc[recalibration, "status"] == "not comparable").all(), page.loc[recalibration, "status"]
+        assert page.loc[recalibration, "note"].str.contains("six main tests").all()
+
+
+def test_the_claims_file_refuses_an_unknown_evidence(tmp_path):
+    text = CLAIMS_PATH.read_text(encoding="utf-8").replace("  evidence: protocol", "  evidence: echo", 1)
+    (tmp_path / "claims.yaml").write_text(text, encoding="utf-8")
+    with pytest.raises(ClaimsError, match="evidence must be one of measured, protocol"):
+        load_claims(tmp_path / "claims.yaml")
 
 
 def test_default_claims_path_is_the_checkout_file():
@@ -442,7 +471,8 @@ def test_seed_bootstrap_claims_are_not_comparable_without_seed_variance(measured
     """DESIGN.md section 10: P(rank 1) and the paired intervals mean something only when the seeds vary D, C and R."""
     flat = dict(measured, has_seed_variance=0.0)
     page = claims_table(CLAIMS, flat, paper_scope=True).set_index("id")
-    boot = CLAIMS[CLAIMS["measure"].fillna("").str.startswith(("p_rank1", "p_top3", "crs_diff_ci"))]["id"]
+    boot = CLAIMS[CLAIMS["measure"].fillna("").str.startswith(("p_rank1", "p_top3", "crs_diff_ci"))
+                  & (CLAIMS["evidence"] != "protocol")]["id"]  # the sums are identities: protocol on any seeds
     assert len(boot) and (page.loc[boot, "status"] == "not comparable").all()
     assert (claims_table(CLAIMS, dict(measured, has_seed_variance=1.0), paper_scope=True)
             .set_index("id").loc[boot, "status"] != "not comparable").all()

@@ -51,11 +51,19 @@ CLAIMS_PATH = PACKAGE_ROOT.parent / "data_manifests" / "claims.yaml"
 """The claims file of the checkout (the package is installed editable from it)."""
 CLAIMS_VERSION = 1
 REQUIRED = ("id", "value", "kind", "source", "gloss", "section", "notebook", "measure", "scope")
-OPTIONAL = ("analogue", "note")
+OPTIONAL = ("analogue", "note", "evidence")
 SCOPES = ("any", "paper")
 KINDS = ("auroc", "ece", "tau", "rho", "r", "probability", "p_value", "count", "rank", "crs", "weight",
          "fraction", "movement", "overlap", "rank_shift", "auroc_change", "ece_change", "auroc_points")
-STATUSES = ("measured", "paper profile only", "not comparable", "not measured")
+STATUSES = ("measured", "protocol", "paper profile only", "not comparable", "not measured")
+EVIDENCE = ("measured", "protocol")
+"""What a claim's measurement is (the claims file's ``evidence`` field, default ``measured``): an empirical
+result of the run, or ``protocol``: an echo of the profile or of a library default, an identity true by
+construction, or a worked example (issue 24; DESIGN.md section 15). A protocol row is never ``measured``."""
+RECALIBRATION_MEASURES = ("recalibration_",)
+"""Measurements of the paper's recalibration summaries over its "six main tests" (the range of
+reductions, the mean drop and its interval, the AUROC change, the test count): not comparable on any
+profile while the six are unknown (:data:`crsrepro.analyse.findings.PAPER_SIX_TESTS` is None)."""
 SEED_BOOTSTRAP_MEASURES = ("p_rank1", "p_top3", "crs_diff_ci", "n_p_top3_zero")
 """Measurements that the seed-paired bootstrap produces: comparable only when seeds vary D, C and R."""
 NULL_MEASURES = {"depth_intermediate_wins": ("depth_intermediate_wins_null", "depth_intermediate_wins_p")}
@@ -105,10 +113,12 @@ def _check_entry(entry, index: int, path: Path) -> dict:
     for key, allowed in choices.items():
         if entry[key] not in allowed:
             raise ClaimsError(f"{where}: {key} must be one of {', '.join(allowed)}, got {entry[key]!r}")
-    for key in ("measure", "analogue", "note"):
+    for key in ("measure", "analogue", "note", "evidence"):
         value = entry.get(key)
         if value is not None and (not isinstance(value, str) or not value.strip()):
             raise ClaimsError(f"{where}: {key} must be a non-empty string or null, got {value!r}")
+    if entry.get("evidence") is not None and entry["evidence"] not in EVIDENCE:
+        raise ClaimsError(f"{where}: evidence must be one of {', '.join(EVIDENCE)}, got {entry['evidence']!r}")
     if entry.get("analogue") is not None and entry["scope"] != "paper":
         raise ClaimsError(f"{where}: analogue is only for scope paper (a scope-any claim is compared directly)")
     return {**{k: entry.get(k) for k in REQUIRED + OPTIONAL}, "value": _check_value(entry["value"], where)}
@@ -203,8 +213,14 @@ def _two_level_note(name, measured: dict) -> list[str]:
 
 def _status(claim, measured: dict, paper_scope: bool) -> tuple[str, object, str]:
     """(status, this run's value or None, note) of one claim; see :func:`claims_table`."""
+    from crsrepro.analyse.findings import PAPER_SIX_TESTS
+
     compared = claim.analogue if claim.scope == "paper" and not paper_scope else claim.measure
     note = ([claim.note] if claim.note else []) + _null_note(compared, measured) + _two_level_note(compared, measured)
+    if PAPER_SIX_TESTS is None and compared is not None and compared.startswith(RECALIBRATION_MEASURES):
+        return "not comparable", measured.get(compared), "; ".join(
+            ["the paper does not name its six main tests of recalibration, so no recalibration figure of any "
+             "profile can be compared with the paper's"] + note)
     if claim.scope == "paper" and not paper_scope:
         value = measured.get(claim.analogue) if claim.analogue else None
         if value is not None:
@@ -213,6 +229,8 @@ def _status(claim, measured: dict, paper_scope: bool) -> tuple[str, object, str]
             note.insert(0, f"the analogue `{claim.analogue}` is not measured (needs {claim.notebook})")
         return "paper profile only", value, "; ".join(note)
     if claim.measure is not None and measured.get(claim.measure) is not None:
+        if claim.evidence == "protocol":  # an identity such as P(rank 1) summing to 1 holds on any seeds
+            return "protocol", measured[claim.measure], "; ".join(note)
         if claim.measure.startswith(SEED_BOOTSTRAP_MEASURES) and not measured.get("has_seed_variance", 1):
             return "not comparable", measured[claim.measure], "; ".join(
                 ["the seeds of this run do not vary D, C and R in every cell, so a seed bootstrap cannot be "
@@ -249,11 +267,14 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, paper_scope: bool,
         ``paper value``, ``this run``, ``notebook``, ``status`` and ``note``. Values are printed with
         :func:`format_value`; ``this run`` is empty whenever nothing was measured. ``status`` is
 
-        - ``measured``: the measurement is available, and the claim is comparable here (scope ``any``,
-          or scope ``paper`` with ``paper_scope``);
+        - ``measured``: an empirical result of this run is available, and the claim is comparable here
+          (scope ``any``, or scope ``paper`` with ``paper_scope``);
+        - ``protocol``: the same, for a claim whose ``evidence`` is ``protocol`` (:data:`EVIDENCE`): an
+          echo of the profile or of a default, an identity or a worked example, not a result of the run;
         - ``paper profile only``: a ``paper``-scope claim without ``paper_scope``; ``this run`` holds the
           claim's analogue when one is named and measured, and is never compared;
-        - ``not comparable``: a seed-bootstrap claim (P(rank 1), P(top 3), paired CRS intervals) on a
+        - ``not comparable``: a recalibration claim (:data:`RECALIBRATION_MEASURES`) on any profile while
+          the paper's six main tests are unknown, or a seed-bootstrap claim (P(rank 1), P(top 3), paired CRS intervals) on a
           run whose seeds do not vary discrimination, calibration and robustness in every cell
           (``measured["has_seed_variance"]`` is 0): its intervals would be artefacts of the protocol;
         - ``not measured``: the measurement is not available (the note names the chapter that
@@ -266,7 +287,7 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, paper_scope: bool,
     >>> table = claims_table(claims, {"paper_grid_runs": 17575, "aggregate_auroc:rank1": 0.87},
     ...                      paper_scope=False)
     >>> table[["id", "paper value", "this run", "status"]].values.tolist()  # doctest: +NORMALIZE_WHITESPACE
-    [['n_runs', '17,575', '17,575', 'measured'], ['auroc_medgemma', '0.909', '0.87', 'paper profile only'],
+    [['n_runs', '17,575', '17,575', 'protocol'], ['auroc_medgemma', '0.909', '0.87', 'paper profile only'],
      ['lora_rank', '8', '', 'not measured']]
     """
     rows = []
