@@ -404,9 +404,16 @@ def _default_row(table: pd.DataFrame) -> pd.Series:
     return default.iloc[0]
 
 
+INFORMATIVE = ("leader", "top3", "kendall_tau", "reversed_pairs")
+"""The conclusions that can fail under another combination (the claims page's multiverse column):
+the same leader, the same top-three set, Kendall tau within :data:`TAU_TOLERANCE` of the default's and
+the reversed pairs within :data:`REVERSAL_TOLERANCE`. (tau < 1 and reversals > 0 hold for any two
+different rankings, so they cannot.)"""
+
+
 def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per combination (rows) and conclusion (columns): whether it holds as in the default; and
-    ``{conclusion: the default's value, as text}``."""
+    ``{conclusion: the default's value, as text}``. The first four columns are :data:`INFORMATIVE`."""
     d = _default_row(table)
     holds, values = {}, {}
     holds[f"the leader is {d['leader']}"] = table["leader"] == d["leader"]
@@ -433,6 +440,19 @@ def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         holds[key] = (table["rho_crs"] > table["rho_auroc"]) == better
         values[key] = f"{d['rho_crs']:.3f} vs {d['rho_auroc']:.3f}"
     return pd.DataFrame(holds), values
+
+
+def informative_shares(table: pd.DataFrame) -> dict:
+    """``{conclusion: share of the multiverse in which it holds as in the default}`` for the
+    :data:`INFORMATIVE` conclusions, plus ``external_validity`` (the CRS predicts the transfer AUROC
+    better, or not, as in the default) when the default has it. Unweighted shares of the combinations:
+    not probabilities."""
+    holds, _ = _holds(table)
+    shares = dict(zip(INFORMATIVE, holds.iloc[:, :len(INFORMATIVE)].mean().astype(float)))
+    rho = [c for c in holds.columns if c.startswith("rho(CRS")]
+    if rho:
+        shares["external_validity"] = float(holds[rho[0]].mean())
+    return shares
 
 
 def choice_effects(table: pd.DataFrame) -> pd.DataFrame:

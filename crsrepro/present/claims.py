@@ -257,8 +257,9 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, paper_scope: bool,
         ``claims.paper_scope``): ``paper``-scope claims are compared only then.
     multiverse : dict, optional
         ``{measurement name: share}`` (:func:`crsrepro.present.measurements.multiverse_shares`): for a claim that
-        depends on an [ours] choice of the CRS, the share of the multiverse of those choices in which this
-        run agrees with the paper's direction; shown in a ``multiverse`` column when given.
+        depends on an [ours] choice of the CRS, the share of the multiverse of those choices in which the
+        conclusion behind it holds as in this run's default (a key ending in ``:`` covers every measurement
+        with that prefix); shown in a ``multiverse`` column when given.
 
     Returns
     -------
@@ -297,7 +298,8 @@ def claims_table(claims: pd.DataFrame, measured: dict, *, paper_scope: bool,
                "paper value": format_value(claim.value), "this run": format_value(value),
                "notebook": claim.notebook, "status": status, "note": note}
         if multiverse is not None:
-            share = multiverse.get(claim.measure) if claim.measure else None
+            share = (None if not claim.measure else multiverse.get(claim.measure,
+                                                                   multiverse.get(claim.measure.split(":")[0] + ":")))
             row["multiverse"] = "" if share is None else f"{share:.0%}"
         rows.append(row)
     columns = ["id", "claim", "source", "paper value", "this run", "notebook", "status", "note"]

@@ -347,25 +347,20 @@ def measure(a: RunAnalysis) -> dict:
 
 #: For the claims whose value depends on an [ours] choice of the CRS: the direction the paper reports,
 #: as a test on one row of the multiverse (:func:`crsrepro.analyse.sensitivity.multiverse`).
-PAPER_DIRECTIONS = {
-    "auroc_crs_kendall_tau": ("the CRS reorders the AUROC ranking (tau < 1)", lambda row: row["kendall_tau"] < 1),
-    "auroc_crs_reversed_pairs": ("some pairs are reversed", lambda row: row["reversed_pairs"] > 0),
-    "external_validity_rho:crs": ("CRS predicts transfer AUROC worse than source AUROC",
-                                  lambda row: row["rho_crs"] < row["rho_auroc"]),
-    "external_validity_rho:auroc": ("source AUROC predicts transfer AUROC better than the CRS",
-                                    lambda row: row["rho_crs"] < row["rho_auroc"]),
-}
+MULTIVERSE_CONCLUSIONS = {"auroc_crs_kendall_tau": "kendall_tau", "auroc_crs_reversed_pairs": "reversed_pairs",
+                          "auroc_crs_top3_overlap": "top3", "p_rank1:": "leader", "p_top3:": "top3",
+                          "external_validity_rho:crs": "external_validity",
+                          "external_validity_rho:auroc": "external_validity"}
+"""Which conclusion of :func:`crsrepro.analyse.sensitivity.informative_shares` stands behind a claim's
+measurement (exact names, or prefixes ending in ``:``)."""
 
 
 def multiverse_shares(table: pd.DataFrame) -> dict:
-    """``{measurement name: share of the multiverse in which this run agrees with the paper's
-    direction}`` for the claims of :data:`PAPER_DIRECTIONS` (DESIGN.md section 14: the claims page's
-    multiverse column). A combination whose statistic is undefined (NaN) counts as not agreeing."""
-    out = {}
-    for measure, (_, agrees) in PAPER_DIRECTIONS.items():
-        needed = {"auroc_crs_kendall_tau": ["kendall_tau"], "auroc_crs_reversed_pairs": ["reversed_pairs"]}.get(
-            measure, ["rho_crs", "rho_auroc"])
-        valid = table[needed].notna().all(axis=1)
-        if valid.any():
-            out[measure] = float(table[valid].apply(agrees, axis=1).sum() / len(table))
-    return out
+    """``{measurement name or prefix: share of the multiverse in which the conclusion behind it holds as
+    in this run's default}`` (DESIGN.md section 14: the claims page's multiverse column; issue 24). The
+    conclusions can fail: the same leader, the same top three, tau within 0.10, reversals within 25 %,
+    the external validity's direction (:data:`MULTIVERSE_CONCLUSIONS`)."""
+    from crsrepro.analyse.sensitivity import informative_shares
+
+    shares = informative_shares(table)
+    return {measure: shares[c] for measure, c in MULTIVERSE_CONCLUSIONS.items() if c in shares}
