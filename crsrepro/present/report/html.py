@@ -67,6 +67,28 @@ def frame_note(analysis):
     return admonition("warning", "The reference frame does not match these results", paragraph(analysis.frame_warning))
 
 
+def convergence_note(results: pd.DataFrame):
+    """A warning box when more than :data:`crsrepro.analyse.probe_health.MAX_UNCONVERGED` of the run's
+    linear-probe fits stopped before converging, else None (issue 24).
+
+    >>> results = pd.DataFrame({"encoder": ["a", "b"], "dataset": "d", "seed": 0, "label_fraction": 1.0,
+    ...                         "layer": "final", "probe": "linear", "probe_C": 1.0, "converged": [False, True]})
+    >>> "1 of 2 linear-probe fits (50.0%)" in convergence_note(results).data
+    True
+    >>> convergence_note(results.assign(converged=True)) is None
+    True
+    """
+    from crsrepro.analyse.probe_health import MAX_UNCONVERGED, convergence_table
+
+    total = convergence_table(results).loc["all"]
+    if total["unconverged_share"] <= MAX_UNCONVERGED:
+        return None
+    return admonition("warning", "Some probes did not converge", paragraph(
+        f"{int(total['unconverged'])} of {int(total['fits'])} linear-probe fits ({total['unconverged_share']:.1%}) "
+        f"stopped at `probe.max_iter` before converging, more than the {MAX_UNCONVERGED:.0%} this book accepts: "
+        "their AUROCs are those of probes that had not finished fitting. The table below names the encoders."))
+
+
 def chapter_claims(claims: pd.DataFrame, notebook: str) -> pd.DataFrame:
     """The rows of a claims table (:func:`crsrepro.present.claims.run_claims`) that ``notebook`` measures,
     with the columns the chapter's box shows, indexed by claim id.
