@@ -435,15 +435,39 @@ def test_the_claims_page_for_synthetic_results(measured):
 
 
 def test_a_protocol_claim_is_never_measured(measured):
-    """Every claim whose evidence is ``protocol`` reads ``protocol`` wherever its measurement exists, on
-    either scope, and never ``measured`` (issue 24)."""
+    """Every claim whose evidence is ``protocol`` reads ``protocol`` wherever its measurement is compared
+    (scope ``any`` on every profile, every scope on the paper profile), and never ``measured``; off the
+    paper profile a paper-scope one stays ``paper profile only`` (issue 24)."""
     protocol = CLAIMS[CLAIMS["evidence"] == "protocol"]
     assert len(protocol) >= 30 and {"n_runs", "knn_k", "p_rank1_sum", "lora_epochs"} <= set(protocol["id"])
-    everything = {m: 1.0 for m in CLAIMS["measure"].dropna()}
+    assert {"chexpert_images", "degradation_n_cells", "depth_n_sweeps"} <= set(protocol[protocol["scope"] == "paper"]["id"])
+    everything = {m: 1.0 for m in CLAIMS["measure"].dropna()} | {m: 1.0 for m in CLAIMS["analogue"].dropna()}
     for paper_scope in (True, False):
         page = claims_table(CLAIMS, {**measured, **everything}, paper_scope=paper_scope).set_index("id")
-        assert (page.loc[protocol["id"], "status"] == "protocol").all()
-        assert "protocol" not in set(page.drop(index=protocol["id"])["status"])
+        compared = protocol[(protocol["scope"] == "any") | paper_scope]["id"]
+        assert (page.loc[compared, "status"] == "protocol").all(), page.loc[compared, "status"]
+        assert "measured" not in set(page.loc[protocol["id"], "status"])
+        assert "protocol" not in set(page.drop(index=compared)["status"])
+        if not paper_scope:
+            assert (page.loc[protocol[protocol["scope"] == "paper"]["id"], "status"] == "paper profile only").all()
+
+
+def test_lora_epochs_and_seeds_are_what_trained_not_the_plan():
+    """``lora_epochs`` and ``lora_seeds`` come from the LoRA results (the budget the merged row-sets trained
+    for and the seeds of their rows), not from the profile's plan, which here says 8 epochs and 3 seeds."""
+    from types import SimpleNamespace
+
+    from crsrepro.present.measurements import _lora_trained_measures
+
+    plan = load_profile("paper").lora
+    rows = pd.DataFrame({"encoder": ["a", "a", "b"], "seed": [4, 4, 4], "label_fraction": [0.25, 1.0, 1.0]})
+    rows.attrs["epochs"] = 2
+    trained = _lora_trained_measures(SimpleNamespace(profile=load_profile("paper"), lora_results=rows))
+    assert (plan.epochs, plan.n_seeds) == (8, 3)
+    assert trained == {"lora_epochs": 2, "lora_seeds": 1}
+    page = claims_table(CLAIMS[CLAIMS["id"].isin(["lora_epochs", "lora_seeds"])], trained, paper_scope=True)
+    assert page[["this run", "status"]].values.tolist() == [["2", "protocol"], ["1", "protocol"]]
+    assert page["note"].str.contains("not the plan").all()
 
 
 def test_recalibration_claims_are_not_comparable_on_every_profile(measured):

@@ -6,8 +6,9 @@
   chapter's prose quotes (:func:`chapter_numbers`);
 - ``claims``: whether the chapter measures claims of the paper, so that ``data_manifests/claims.yaml``
   may name it as a claim's ``notebook`` and the chapter closes with a "paper vs this run" box
-  (:func:`paper_vs_run`). The sensitivity chapter measures none (it is beyond the paper) and the claims
-  page shows them all.
+  (:func:`paper_vs_run`). The sensitivity chapter and the deployment page measure none (they are beyond
+  the paper) and the claims page shows them all. The deployment page quotes chapter 02's recalibration
+  numbers (the first finding it builds on), so its numbers function is chapter 02's.
 
 What the claims page measures is not listed per chapter: every chapter's box reads the same page
 (:func:`crsrepro.present.claims.run_claims`), which measures everything at once
@@ -49,6 +50,7 @@ CHAPTERS = {chapter.name: chapter for chapter in (
     Chapter("06_layer_depth", numbers.layer_depth),
     Chapter("07_lora", numbers.lora),
     Chapter("08_claims", numbers.claims_page, claims=False),
+    Chapter("09_deployment", numbers.calibration, claims=False),
 )}
 """Every chapter of the book, by notebook name, in book order."""
 

@@ -307,7 +307,10 @@ def _lora_measures(a: RunAnalysis) -> dict:
 
 
 def _lora_trained_measures(a: RunAnalysis) -> dict:
-    """The epochs and seeds the LoRA grid actually trained (07_lora), read from its rows, not from the plan."""
+    """The epochs and seeds the LoRA grid actually trained (07_lora), read from its results, not from the plan:
+    the distinct seeds of its rows, and the budget (epochs over the full-label train split) that the merged
+    table records. Every row-set's key derives from its budget (:func:`crsrepro.run.lora.rowset_key`) and the
+    table is merged from the keys of one budget, so every row of it trained for that many epochs."""
     rows = a.lora_results
     return {"lora_epochs": int(rows.attrs["epochs"]), "lora_seeds": int(rows["seed"].nunique())}
 

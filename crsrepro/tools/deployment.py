@@ -1,4 +1,4 @@
-"""Worked examples for the book page "For deployment teams" (book/deployment.md, DESIGN.md section 14).
+"""Worked examples for the book page "For deployment teams" (notebooks/09_deployment.ipynb, DESIGN.md section 14).
 
 :func:`example_cohort` writes the csv that a deployment team would export from its own model on a
 local cohort, without running the benchmark grid. It is a **simulation**, stated as such in the page:
