@@ -8,7 +8,8 @@ of one fit count once. Control probes (MLP, k-NN) choose no C and are left out.
 Examples
 --------
 >>> analysis = RunAnalysis.load("demo")              # doctest: +SKIP
->>> convergence_table(analysis.results, analysis.profile.encoders)  # doctest: +SKIP
+>>> convergence_table(analysis.results)                # doctest: +SKIP
+>>> c_choice_table(analysis.results, analysis.profile.probe.c_grid)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -413,16 +413,19 @@ different rankings, so they cannot.)"""
 
 def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per combination (rows) and conclusion (columns): whether it holds as in the default; and
-    ``{conclusion: the default's value, as text}``. The first four columns are :data:`INFORMATIVE`."""
+    ``{conclusion: the default's value, as text}``. ``attrs["kinds"]`` names the column of each of the
+    :data:`INFORMATIVE` conclusions and, when the default has it, of ``external_validity``."""
     d = _default_row(table)
     holds, values = {}, {}
-    holds[f"the leader is {d['leader']}"] = table["leader"] == d["leader"]
-    values[f"the leader is {d['leader']}"] = d["leader"]
-    holds["the top-three set is the default's"] = table["top3"].map(lambda t: t == d["top3"])
-    values["the top-three set is the default's"] = ", ".join(d["top3"])
-    key = f"Kendall tau vs AUROC within {TAU_TOLERANCE} of the default's"
+    kinds = dict(zip(INFORMATIVE, (f"the leader is {d['leader']}", "the top-three set is the default's",
+                                   f"Kendall tau vs AUROC within {TAU_TOLERANCE} of the default's",
+                                   f"reversed pairs within {REVERSAL_TOLERANCE:.0%} of the default's")))
+    holds[kinds["leader"]], values[kinds["leader"]] = table["leader"] == d["leader"], d["leader"]
+    holds[kinds["top3"]] = table["top3"].map(lambda t: t == d["top3"])
+    values[kinds["top3"]] = ", ".join(d["top3"])
+    key = kinds["kendall_tau"]
     holds[key], values[key] = (table["kendall_tau"] - d["kendall_tau"]).abs() <= TAU_TOLERANCE + 1e-12, f"{d['kendall_tau']:.3f}"
-    key = f"reversed pairs within {REVERSAL_TOLERANCE:.0%} of the default's"
+    key = kinds["reversed_pairs"]
     tolerance = max(1.0, REVERSAL_TOLERANCE * d["reversed_pairs"])
     holds[key], values[key] = (table["reversed_pairs"] - d["reversed_pairs"]).abs() <= tolerance, str(d["reversed_pairs"])
 
@@ -439,7 +442,10 @@ def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
         key = f"rho(CRS, transfer AUROC) {'>' if better else '<='} rho(AUROC, transfer AUROC)"
         holds[key] = (table["rho_crs"] > table["rho_auroc"]) == better
         values[key] = f"{d['rho_crs']:.3f} vs {d['rho_auroc']:.3f}"
-    return pd.DataFrame(holds), values
+        kinds["external_validity"] = key
+    frame = pd.DataFrame(holds)
+    frame.attrs["kinds"] = kinds
+    return frame, values
 
 
 def informative_shares(table: pd.DataFrame) -> dict:
@@ -448,11 +454,7 @@ def informative_shares(table: pd.DataFrame) -> dict:
     better, or not, as in the default) when the default has it. Unweighted shares of the combinations:
     not probabilities."""
     holds, _ = _holds(table)
-    shares = dict(zip(INFORMATIVE, holds.iloc[:, :len(INFORMATIVE)].mean().astype(float)))
-    rho = [c for c in holds.columns if c.startswith("rho(CRS")]
-    if rho:
-        shares["external_validity"] = float(holds[rho[0]].mean())
-    return shares
+    return {kind: float(holds[column].mean()) for kind, column in holds.attrs["kinds"].items()}
 
 
 def choice_effects(table: pd.DataFrame) -> pd.DataFrame:

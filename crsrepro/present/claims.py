@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from crsrepro.analyse.findings import PAPER_SIX_TESTS
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import PACKAGE_ROOT, atomic_write, content_key, folder_digest, manifest_dir, package_digest
 from crsrepro.present.measurements import TWO_LEVEL_PREFIX, measure, multiverse_shares
@@ -213,8 +214,6 @@ def _two_level_note(name, measured: dict) -> list[str]:
 
 def _status(claim, measured: dict, paper_scope: bool) -> tuple[str, object, str]:
     """(status, this run's value or None, note) of one claim; see :func:`claims_table`."""
-    from crsrepro.analyse.findings import PAPER_SIX_TESTS
-
     compared = claim.analogue if claim.scope == "paper" and not paper_scope else claim.measure
     note = ([claim.note] if claim.note else []) + _null_note(compared, measured) + _two_level_note(compared, measured)
     if PAPER_SIX_TESTS is None and compared is not None and compared.startswith(RECALIBRATION_MEASURES):

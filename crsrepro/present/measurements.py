@@ -348,8 +348,6 @@ def measure(a: RunAnalysis) -> dict:
     return {name: _plain(value) for name, value in measured.items()}
 
 
-#: For the claims whose value depends on an [ours] choice of the CRS: the direction the paper reports,
-#: as a test on one row of the multiverse (:func:`crsrepro.analyse.sensitivity.multiverse`).
 MULTIVERSE_CONCLUSIONS = {"auroc_crs_kendall_tau": "kendall_tau", "auroc_crs_reversed_pairs": "reversed_pairs",
                           "auroc_crs_top3_overlap": "top3", "p_rank1:": "leader", "p_top3:": "top3",
                           "external_validity_rho:crs": "external_validity",
