@@ -79,7 +79,7 @@ def c_choice_table(results: pd.DataFrame, c_grid) -> pd.DataFrame:
     fits = fits.assign(at_smallest_c=np.isclose(fits["probe_C"], grid[0]),
                        at_largest_c=np.isclose(fits["probe_C"], grid[-1]))
     return fits.groupby(["dataset", "label_fraction"]).agg(fits=("probe_C", "size"), at_smallest_c=("at_smallest_c", "mean"),
-                                                           at_largest_c=("at_largest_c", "mean")).astype(float)
+                                                           at_largest_c=("at_largest_c", "mean"))
 
 
 __all__ = ["MAX_UNCONVERGED", "c_choice_table", "convergence_table", "probe_fits"]

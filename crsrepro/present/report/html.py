@@ -73,7 +73,7 @@ def convergence_note(results: pd.DataFrame):
 
     >>> results = pd.DataFrame({"encoder": ["a", "b"], "dataset": "d", "seed": 0, "label_fraction": 1.0,
     ...                         "layer": "final", "probe": "linear", "probe_C": 1.0, "converged": [False, True]})
-    >>> "1 of 2 linear-probe fits (50.0%)" in convergence_note(results).data
+    >>> "1 of 2 linear-probe fits (50.0 %)" in convergence_note(results).data
     True
     >>> convergence_note(results.assign(converged=True)) is None
     True
@@ -84,8 +84,8 @@ def convergence_note(results: pd.DataFrame):
     if total["unconverged_share"] <= MAX_UNCONVERGED:
         return None
     return admonition("warning", "Some probes did not converge", paragraph(
-        f"{int(total['unconverged'])} of {int(total['fits'])} linear-probe fits ({total['unconverged_share']:.1%}) "
-        f"stopped at `probe.max_iter` before converging, more than the {MAX_UNCONVERGED:.0%} this book accepts: "
+        f"{int(total['unconverged'])} of {int(total['fits'])} linear-probe fits ({100 * total['unconverged_share']:.1f} %) "
+        f"stopped at `probe.max_iter` before converging, more than the {100 * MAX_UNCONVERGED:.0f} % this book accepts: "
         "their AUROCs are those of probes that had not finished fitting. The table below names the encoders."))
 
 
