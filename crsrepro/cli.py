@@ -131,12 +131,29 @@ def _cmd_book(args) -> None:
 
 
 def _cmd_score(args) -> None:
-    from crsrepro.analyse.new_encoder import score_new_encoder
+    from crsrepro.analyse.new_encoder import checked_frame, score_newcomer
+    from crsrepro.encoders import get_encoder_spec
+    from crsrepro.encoders.user import load_entry_point, load_spec_file
+    from crsrepro.present.score_report import score_text, write_report
     from crsrepro.profiles import check_devices, load_profile
 
+    if (args.spec is None) == (args.encoder is None):
+        raise CrsreproError("crsrepro score takes one of --spec FILE, --encoder ID or --encoder module:function")
     profile = load_profile(args.profile)
     check_devices(profile)
-    print(score_new_encoder(profile, args.encoder, weights=args.weights, progress=not args.quiet).to_string())
+    if args.encoder is not None and ":" not in args.encoder:
+        get_encoder_spec(args.encoder)  # an unknown id is named first
+    checked_frame(profile)  # a missing or stale frame is refused before the newcomer is built
+    if args.spec is not None:
+        encoder = load_spec_file(args.spec, panel=tuple(profile.encoders), device=profile.features.device)
+    elif ":" in args.encoder:
+        encoder = load_entry_point(args.encoder, device=profile.features.device)
+    else:
+        encoder = args.encoder
+    score = score_newcomer(profile, encoder, weights=args.weights, progress=not args.quiet)
+    print(score_text(score))
+    if args.report is not None:
+        print(f"report: {write_report(score, args.report)}")
 
 
 def _cmd_check_weights(args) -> None:
@@ -240,8 +257,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("book", _cmd_book, "run everything and build the Jupyter Book", book_root=True)
     p.add_argument("--output", type=Path, default=None, help="build folder (default: <book-root>/book)")
     p = add("score", _cmd_score, "score a new encoder against the profile's frozen reference frame")
-    p.add_argument("--encoder", required=True, help="a registered encoder id")
-    p.add_argument("--weights", default=None, help="weights path (default: CRSREPRO_WEIGHTS/<id>/)")
+    p.epilog = ("Two ways in for your own encoder. (1) --spec my_encoder.yaml: the fields of a registry spec: "
+                "builder (timm, open_clip, transformers, torchscript or demo), family (general, medical or "
+                "specialist), architecture, weights (a file or folder, relative to the spec file), input_size, "
+                "resize_mode (crop or pad), interpolation (bicubic or bilinear), mean, std, pooling (cls, "
+                "mean_patch, image_embed or gap), licence; optional name and embed_dim. (2) --encoder "
+                "my_package.module:build (or file.py:build): build() returns a torch module mapping [B, 3, S, S] "
+                "floats to [B, D], or (module, preprocessing) with a crsrepro.encoders.user.Preprocessing or a "
+                "dict of input_size, mean, std, interpolation, resize_mode; a bare module gets 224 px, ImageNet "
+                "mean and std, bicubic and a centre crop, and the output says so. Either way the encoder runs "
+                "through the panel's feature cache, perturbations and probes under a key derived from its "
+                "weights' bytes and its spec. A missing or stale frame, or an output that is not a finite "
+                "[B, D], is refused in one line.")
+    p.add_argument("--encoder", default=None,
+                   help="a registered encoder id, or a Python entry point package.module:function")
+    p.add_argument("--spec", type=Path, default=None, help="an encoder spec file (YAML; fields below)")
+    p.add_argument("--weights", default=None, help="weights path of a registered id (default: CRSREPRO_WEIGHTS/<id>/)")
+    p.add_argument("--report", type=Path, default=None, metavar="DIR",
+                   help="write index.html, profile.png, cells.csv and panel.csv to DIR")
     p = sub.add_parser("check-weights", help="check local paper-encoder weights on the CPU (never downloads)",
                        description="Load each paper encoder's local weights strictly on the CPU and print: found "
                        "or not (and where it looked), where to get it, its pinned revision and licence, the file's "

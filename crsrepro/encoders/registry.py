@@ -63,7 +63,9 @@ from crsrepro.encoders.weights import state_dict_hash, weights_hash
 logger = logging.getLogger(__name__)
 
 FAMILIES = ("general", "medical", "specialist")
-LOADERS = ("timm", "open_clip", "transformers", "local", "demo")
+LOADERS = ("timm", "open_clip", "transformers", "local", "demo", "torchscript", "python")
+"""``torchscript`` (a saved TorchScript module) and ``python`` (a Python entry point) are newcomers' only
+(:mod:`crsrepro.encoders.user`)."""
 INTERPOLATIONS = ("bicubic", "bilinear")
 POOLINGS = ("cls", "mean_patch", "image_embed", "gap")
 RESIZE_MODES = ("crop", "pad")
@@ -88,7 +90,8 @@ class EncoderSpec:
         ``general``, ``medical`` or ``specialist`` for the paper's encoders; the demo panel may use its
         own family names. The analyses group by this field (DESIGN.md section 4).
     loader : str
-        ``timm``, ``open_clip``, ``transformers``, ``local`` (a released state-dict file) or ``demo``.
+        ``timm``, ``open_clip``, ``transformers``, ``local`` (a released state-dict file) or ``demo``;
+        for a newcomer also ``torchscript`` or ``python`` (:mod:`crsrepro.encoders.user`).
     architecture : str
         The architecture name within the loader (a timm model name, an open_clip model name, a
         transformers class name, or a local format name).
@@ -490,3 +493,27 @@ def create_encoder(encoder_id: str, *, weights: str | os.PathLike | None = None,
     """
     spec, builder = _lookup(encoder_id)
     return builder(spec, weights=weights, device=device)
+
+
+NEWCOMER_NAMESPACE = "user"
+"""The id namespace of encoders registered at run time to be scored (``crsrepro score --spec`` or
+``--encoder module:build``; :mod:`crsrepro.encoders.user`)."""
+
+
+def register_newcomer(spec: EncoderSpec, builder: Builder) -> None:
+    """Register a user's encoder (id ``user.<name>``) for scoring, replacing an earlier newcomer of the
+    same id in this process (a test or a notebook that scores two versions of one encoder); a panel id
+    is never replaced (DESIGN.md section 1, item 4: the panel stays as frozen)."""
+    if spec.id.split(".")[0] != NEWCOMER_NAMESPACE:
+        raise ValueError(f"a newcomer's id must be {NEWCOMER_NAMESPACE}.<name>, got {spec.id!r}")
+    _REGISTRY.pop(spec.id, None)
+    register(spec, builder)
+
+
+def forget_newcomers() -> list[str]:
+    """Remove every newcomer (``user.*``) from the registry; returns their ids. The panel is untouched, so
+    code that loops over :func:`list_encoders` after a newcomer was scored sees the registry as filled."""
+    ids = [i for i in _REGISTRY if i.split(".")[0] == NEWCOMER_NAMESPACE]
+    for encoder_id in ids:
+        del _REGISTRY[encoder_id]
+    return ids
