@@ -36,6 +36,8 @@ from crsrepro.score.frame import reference_frame
 class NewcomerScore:
     """A newcomer's score against a frozen frame, with what makes it citable (DESIGN.md sections 9-10).
 
+    :func:`score_newcomer` makes it; :mod:`crsrepro.present.score_report` prints and writes it.
+
     Attributes
     ----------
     profile : str
@@ -230,8 +232,9 @@ def _intervals(profile: Profile, own, cells: pd.DataFrame, aggregate: dict, pane
     cells = cells.assign(crs_ci_low=low.reindex(at).to_numpy(), crs_ci_high=high.reindex(at).to_numpy())
     interval = result.interval(level)
     aggregate.update(ci_low=float(interval.loc[encoder_id, "ci_low"]), ci_high=float(interval.loc[encoder_id, "ci_high"]),
-                     p_rank1=float(result.p_rank1[encoder_id]), p_top3=float(result.p_top3[encoder_id]),
                      n_resamples=result.n_resamples)
+    if note is None:  # rank probabilities only among the panel's replicates, never of the newcomer alone
+        aggregate.update(p_rank1=float(result.p_rank1[encoder_id]), p_top3=float(result.p_top3[encoder_id]))
     members = panel_table.index.intersection(interval.index)
     panel_table.loc[members, ["ci_low", "ci_high"]] = interval.loc[members, ["ci_low", "ci_high"]].to_numpy()
     return cells, aggregate, panel_table, note

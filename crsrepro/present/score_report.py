@@ -72,7 +72,8 @@ def score_text(score: NewcomerScore) -> str:
     parts = summary_lines(score) + ["", "per dataset (CRS interval: two-level bootstrap):",
                                     cells_table(score).to_string(index=False, formatters=formats), "",
                                     "against the panel (published aggregate CRS):",
-                                    panel_table(score).to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+                                    panel_table(score).to_string(index=False, float_format=lambda v: f"{v:.3f}",
+                                                                na_rep="n/a")]
     return "\n".join(parts)
 
 
