@@ -260,3 +260,18 @@ def test_a_panel_member_through_a_spec_file_gets_its_published_score_exactly(fro
                            panel=profile.encoders)
     assert other.twin_of is None and other.id == "user.derm"
     assert other.weights_hash != newcomer.weights_hash
+
+
+@pytest.mark.slow
+def test_a_stale_frame_is_refused_naming_the_profile(frozen, tmp_path):
+    from crsrepro.analyse.new_encoder import NewcomerError, checked_frame
+    from crsrepro.score.crs import ReferenceFrame
+    from crsrepro.score.frame import frame_path
+
+    _, profile, _ = frozen
+    frame = ReferenceFrame.load(frame_path(profile))
+    assert checked_frame(profile).content_hash() == frame.content_hash()
+    ReferenceFrame(reference=frame.reference, anchors=frame.anchors, weights=frame.weights,
+                   description=frame.description, results_hash="0" * 64).save(frame_path(profile, tmp_path))
+    with pytest.raises(NewcomerError, match="profile 'scoreown'.*the frame is stale"):
+        checked_frame(profile, tmp_path)

@@ -22,8 +22,9 @@ so the newcomer runs through the panel's own extraction cache, perturbations, pr
        licence: CC-BY-4.0
        embed_dim: 384               # optional: checked against what the network returns
 
-   ``timm`` reads a hub-layout folder (``config.json`` + weights) or a bare state-dict file of
-   ``architecture``; ``open_clip`` a folder with ``open_clip_config.json``; ``transformers`` a
+   ``timm`` reads a hub-layout folder (``config.json`` with ``architecture`` and the ``model_args`` that
+   shape the network, such as ``img_size``, + ``model.safetensors``) or a bare state-dict file of
+   ``architecture`` at timm's defaults; ``open_clip`` a folder with ``open_clip_config.json``; ``transformers`` a
    ``save_pretrained`` folder (``architecture`` a class the package knows:
    :data:`crsrepro.encoders.transformers_family.ARCHITECTURES`); ``torchscript`` a file saved with
    ``torch.jit.save`` whose module maps ``[B, 3, S, S]`` to ``[B, D]`` (``pooling: image_embed``);
