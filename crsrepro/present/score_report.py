@@ -126,8 +126,9 @@ th{{background:#f3f3f3}}</style></head><body>
 <img src="profile.png" alt="normalised profiles of {html.escape(score.encoder)} and the panel" style="max-width:100%">
 <h2>Per dataset</h2>
 <p>The CRS interval is the {int(round(100 * score.aggregate['level']))} % two-level bootstrap interval (seeds x
-test cases, one draw shared with the panel), centred on the published estimate; <i>dominates</i> lists the
-panel members whose frozen profile this encoder's weakly dominates on that dataset.</p>
+test cases, one draw shared with the panel unless a note above says otherwise), centred on the published
+estimate; <i>dominates</i> lists the panel members whose frozen profile this encoder weakly dominates on that
+dataset (at least as good on all four dimensions, better on one).</p>
 {cells.to_html(**table_args)}
 <h2>Against the panel</h2>
 {panel.to_html(**table_args)}
