@@ -32,6 +32,10 @@ def test_book_builds_on_smoke(smoke_book):
     linear = results[(results.probe == "linear") & (results.recalibrator == "none") & (results.metric == "auroc")]
     assert len(linear) == len(runs)
     assert linear["value"].between(0.0, 1.0).all()
+    # At least 99 % of the linear-probe fits converge, and the status page says how many did not.
+    from crsrepro.analyse.probe_health import MAX_UNCONVERGED, convergence_table
+    assert convergence_table(results).loc["all", "unconverged_share"] <= MAX_UNCONVERGED
+    assert "Linear-probe convergence" in status
 
     # The demo world is hard enough to teach (DESIGN.md section 2): clean AUROC spreads across the panel and stays
     # clearly below 1, and the second hospital costs AUROC.

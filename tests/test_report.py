@@ -96,7 +96,7 @@ def test_primary_runs_keep_the_primary_protocol_at_the_chosen_condition_and_frac
     from crsrepro.core.schema import COLUMNS
 
     keys = dict(encoder="e", family="general", dataset="d", seed=0, layer="final", regime="frozen", probe_C=1.0,
-                converged=True, hit_time_cap=False, fit_seconds=1.0)
+                c_rule="val", c_tie=False, converged=True, hit_time_cap=False, fit_seconds=1.0)
     rows = [keys | dict(label_fraction=f, condition=c, probe=p, recalibrator=r, rowset=f"{f}{c}{p}{r}",
                         metric=m, value=v)
             for f in (0.1, 1.0) for c in ("clean", "jpeg@2") for p, r in (("linear", "none"), ("knn", "none"),
@@ -171,3 +171,23 @@ def test_status_page_repeats_the_coverage_chapter_05_glued(tmp_path):
     assert "`demo-seeds20`" in text
     (tmp_path / GENERATED / "05_crs_bootstrap.ipynb").unlink()
     assert "Coverage of a 5-seed" not in write_status_page(tmp_path, "demo", {}).read_text()
+
+
+def test_status_page_repeats_the_unconverged_share_chapter_01_glued(tmp_path):
+    import json
+
+    from crsrepro.present.book import GENERATED, write_status_page
+
+    def glued(name, text):
+        return {"output_type": "display_data", "metadata": {"scrapbook": {"name": name, "mime_prefix": "x/"}},
+                "data": {"x/text/plain": repr(text)}}
+
+    (tmp_path / GENERATED).mkdir(parents=True)
+    notebook = {"cells": [{"cell_type": "code", "outputs": [glued("probe_fits", "750"), glued("probe_unconverged", "3"),
+                                                             glued("probe_unconverged_share", "0.4 %"),
+                                                             glued("probe_unconverged_by_encoder", "a 0.0 %; b 0.8 %")]}]}
+    (tmp_path / GENERATED / "01_discrimination.ipynb").write_text(json.dumps(notebook))
+    text = write_status_page(tmp_path, "demo", {}).read_text()
+    assert "3 of 750 linear-probe fits (0.4 %) stopped before" in text and "Per encoder: a 0.0 %; b 0.8 %." in text
+    (tmp_path / GENERATED / "01_discrimination.ipynb").unlink()
+    assert "Linear-probe convergence" not in write_status_page(tmp_path, "demo", {}).read_text()

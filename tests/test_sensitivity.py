@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from crsrepro.analyse.run_analysis import RunAnalysis
-from crsrepro.analyse.sensitivity import (SPACE_PATH, SensitivityError, choice_effects, conclusions, load_space,
-                                          matters_most, multiverse)
+from crsrepro.analyse.sensitivity import (CHOICES, SPACE_PATH, SensitivityError, choice_effects, conclusions,
+                                          inert_levels, inert_sentence, load_space, matters_most, multiverse)
 from crsrepro.core.schema import PRIMARY, RUN_KEYS
 from crsrepro.score.crs import ReferenceFrame, aggregate_crs, crs_scores
 from crsrepro.score.frame import frame_path
@@ -75,8 +75,9 @@ def test_every_combination_is_scored_and_the_skipped_budget_is_noted(panel):
     space = load_space()
     assert len(table) == space.size // len(space.levels["c_budget"])  # full_val has no rows here
     assert any("c_budget full_val skipped" in note for note in table.attrs["notes"])
-    assert table.groupby(["anchors", "proximity", "robustness", "dominance", "multilabel_ece", "weights"]).ngroups \
-        == len(table)
+    assert table.groupby([c for c in CHOICES if c != "c_budget"]).ngroups == len(table)
+    # the anchor values move only under the fixed anchors
+    assert set(table.loc[table["anchors"] != "fixed", "anchor_values"]) == {"frozen"}
     assert np.isfinite(table["kendall_tau"]).all() and np.isfinite(table["rho_crs"]).all()
 
 
@@ -101,6 +102,8 @@ def test_the_robustness_choice_reverses_a_toy_ranking(tmp_path):
     analysis = make_analysis(tmp_path, {"a": (0.0, 0.0, 0.40), "b": (0.20, 0.20, 0.20)},
                              datasets=("isic2019",), seeds=(0, 1), noise=0.0, spread=0.0)
     table = multiverse(analysis, load_space(), n_resamples=20)
+    # moving R_raw's anchor to 0.85 maps both encoders' R_raw to 0, a tie: leave the anchor values out here
+    table = table[table["anchor_values"] == "frozen"].reset_index(drop=True)
     leaders = table.groupby("robustness")["leader"].agg(set)
     assert leaders.to_dict() == {"mean": {"a"}, "mean_max": {"b"}, "worst": {"b"}}
     assert any("external validity skipped" in note for note in table.attrs["notes"])
@@ -145,7 +148,46 @@ def test_specification_curve_marks_every_level_and_the_default(panel):
     _, table = panel
     fig = specification_curve(table, "kendall_tau")
     top, bottom = fig.axes
-    assert len(bottom.get_yticklabels()) == sum(table[c].nunique() for c in table.columns[:7] if table[c].nunique() > 1)
+    assert len(bottom.get_yticklabels()) == sum(table[c].nunique() for c in CHOICES if table[c].nunique() > 1)
     assert len(top.collections[0].get_offsets()) == 1  # the default combination
     with pytest.raises(ValueError, match="numeric column"):
         specification_curve(table, "leader")
+
+
+def test_the_new_levels_are_scored_like_for_like(tmp_path):
+    # identical seeds (no noise): averaging profiles or scores over the seeds gives the same CRS, so the
+    # seed-averaging level moves no conclusion; a full_val budget that lowers each small-fraction AUROC
+    # moves retention and nothing else
+    drops = {"a": (0.0, 0.05, 0.10), "b": (0.02, 0.02, 0.02), "c": (0.08, 0.0, 0.04)}
+    analysis = make_analysis(tmp_path, drops, datasets=("isic2019", "aptos2019"), seeds=(0, 1), noise=0.0)
+    runs = analysis.runs
+    small = (runs["label_fraction"] < 1) & (runs["condition"] == "clean")
+    analysis.runs = runs.assign(auroc_full_val=np.where(small, runs["auroc"] - 0.03, np.nan))
+    table = multiverse(analysis, load_space(), n_resamples=20)
+    space = load_space()
+    assert len(table) == space.size and set(table["c_budget"]) == {"nested_val", "full_val"}
+    key = [c for c in CHOICES if c != "seed_averaging"]
+    order = {o: t.sort_values(key).index for o, t in table.groupby("seed_averaging")}
+    np.testing.assert_allclose(table.attrs["cell_crs"][order["scores"]], table.attrs["cell_crs"][order["profiles"]],
+                               atol=1e-12)
+    assert ("seed_averaging", "scores") in inert_levels(table)
+    assert "seed_averaging scores" in inert_sentence(table)
+    pick = lambda **kw: table.index[np.logical_and.reduce([table[k] == v for k, v in kw.items()])]  # noqa: E731
+    fixed = dict(anchors="fixed", proximity="l2", robustness="mean_max", dominance="weak", multilabel_ece="top_label",
+                 weights="0.60/0.25/0.15", seed_averaging="profiles", retention="ratio")
+    nested, full = pick(**fixed, anchor_values="frozen", c_budget="nested_val")[0], pick(**fixed, anchor_values="frozen",
+                                                                                       c_budget="full_val")[0]
+    assert not np.array_equal(table.attrs["cell_crs"][nested], table.attrs["cell_crs"][full])
+    # the chance-corrected retention and a moved ECE anchor each rescore the cells
+    for other in (dict(retention="chance_corrected", anchor_values="frozen"), dict(anchor_values="ece=0.15")):
+        moved = pick(**(fixed | other), c_budget="nested_val")[0]
+        assert not np.array_equal(table.attrs["cell_crs"][nested], table.attrs["cell_crs"][moved])
+
+
+def test_an_unknown_anchor_value_is_refused(tmp_path):
+    data = yaml.safe_load(SPACE_PATH.read_text())
+    data["anchor_values"]["levels"] = ["frozen", "ece=high"]
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(SensitivityError, match="anchor_values.levels: unknown level 'ece=high'"):
+        load_space(path)

@@ -106,12 +106,12 @@ def test_adapt_trains_what_the_parameters_say():
 
 #: The row-set keys of the tiny profile below: (count, keys_hash). A change here means every cached
 #: row-set of every profile is recomputed; it must come with a reason (a changed input), never a refactor.
-#: Last changed by issue 23: CACHE_VERSION 4 (float64 per-case arrays and the smaller fractions' test
-#: probabilities, which every unit key carries) and the LoRA step budget.
+#: Last changed by issue 24: CACHE_VERSION 5 (c_rule, c_tie and auroc_full_val in every row-set) and the
+#: linear probe's min_val_cases and cv_folds (C cross-validated below 10 val cases per class).
 KEYS_BEFORE = {
-    "grid": (8, "7d6fbd07994fb0fb1e6b178f723796062a2674156982e2778a5aa5780baa807c"),
-    "depth": (8, "99cf1385c43c9da1cd196016a54da357f7b7ed4dd669489a8c5c5fd7f22baa18"),
-    "lora": (4, "5e6d6297d83027c545b607276366b9e0fcc3f3451a415f4690dc7ef013f46286"),
+    "grid": (8, "7fcfa4a62f12766cbb44eecf158e60295322c2abe9cd66df6d76cc91bd8a5078"),
+    "depth": (8, "038acc8c846c18ff51f4cfa10396f1b620b096eca30832c71ebc106b5c9a2b5e"),
+    "lora": (4, "abffe396a5869768bf9c78f2944b10297ccff828f83924c2c3a3e0072717aa89"),
 }
 TINY = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.random_cnn", "demo.color_histogram"],
         "seeds": [0, 1], "label_fractions": [0.25, 1.0], "perturbations": ["jpeg"], "severities": [2],

@@ -27,9 +27,11 @@ FIT = ["encoder", "dataset", "seed", "label_fraction", "layer"]
 
 
 def probe_fits(results: pd.DataFrame) -> pd.DataFrame:
-    """One row per linear-probe fit of a results table: :data:`FIT`, ``probe_C`` and ``converged``."""
+    """One row per linear-probe fit of a results table: :data:`FIT`, ``probe_C``, ``converged`` and, where
+    the results record them, ``c_rule`` and ``c_tie`` (how C was chosen, :mod:`crsrepro.fit.linear`)."""
     linear = results[results["probe"] == LINEAR]
-    fits = linear.drop_duplicates(FIT)[FIT + ["probe_C", "converged"]].reset_index(drop=True)
+    columns = FIT + [c for c in ("probe_C", "converged", "c_rule", "c_tie") if c in results.columns]
+    fits = linear.drop_duplicates(FIT)[columns].reset_index(drop=True)
     return fits.assign(converged=fits["converged"].astype(bool))
 
 
@@ -56,15 +58,19 @@ def convergence_table(results: pd.DataFrame) -> pd.DataFrame:
 
 
 def c_choice_table(results: pd.DataFrame, c_grid) -> pd.DataFrame:
-    """Per dataset and label fraction: how often C was chosen at the grid's edges.
+    """Per dataset and label fraction: how often C was chosen at the grid's edges, by cross-validation,
+    and after a tie.
 
-    A choice at the strongest regularisation (the grid's smallest C) is what a tie on too few validation
-    cases falls to; many such choices at small fractions say that the val subset cannot tell the C apart.
+    Many choices at an edge of the grid say that the grid may be too narrow, or that the cases that
+    choose C cannot tell the C values apart. Below :data:`crsrepro.fit.linear.MIN_VAL_CASES` val cases C
+    is cross-validated inside the labelled subset (``cross_validated``); a tie in AUROC is broken by the
+    log-loss (``ties``).
 
     Returns
     -------
     DataFrame
-        Indexed by ``dataset, label_fraction``: ``fits``, ``at_smallest_c`` and ``at_largest_c`` (shares).
+        Indexed by ``dataset, label_fraction``: ``fits``, ``at_smallest_c`` and ``at_largest_c``, and,
+        where the results record them, ``cross_validated`` and ``ties`` (shares).
 
     Examples
     --------
@@ -78,8 +84,11 @@ def c_choice_table(results: pd.DataFrame, c_grid) -> pd.DataFrame:
     fits = probe_fits(results)
     fits = fits.assign(at_smallest_c=np.isclose(fits["probe_C"], grid[0]),
                        at_largest_c=np.isclose(fits["probe_C"], grid[-1]))
-    return fits.groupby(["dataset", "label_fraction"]).agg(fits=("probe_C", "size"), at_smallest_c=("at_smallest_c", "mean"),
-                                                           at_largest_c=("at_largest_c", "mean"))
+    shares = dict(at_smallest_c=("at_smallest_c", "mean"), at_largest_c=("at_largest_c", "mean"))
+    if "c_rule" in fits.columns:
+        fits = fits.assign(cross_validated=fits["c_rule"] == "cv", ties=fits["c_tie"].astype(bool))
+        shares |= dict(cross_validated=("cross_validated", "mean"), ties=("ties", "mean"))
+    return fits.groupby(["dataset", "label_fraction"]).agg(fits=("probe_C", "size"), **shares)
 
 
 __all__ = ["MAX_UNCONVERGED", "c_choice_table", "convergence_table", "probe_fits"]

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,7 @@ import pandas as pd
 import yaml
 
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.metrics import robustness_raw
+from crsrepro.core.metrics import chance_corrected_retention, label_efficiency_retention, robustness_raw
 from crsrepro.data import get_dataset_spec
 from crsrepro.score.crs import (COHORT_NORMALISATIONS, COMPONENTS, DIMENSIONS, DOMINANCE, PROXIMITY, cell_means,
                                 cohort_normalise, encoder_means, normalise, proximity_to_ideal, score_by_dataset,
@@ -73,16 +74,25 @@ SPACE_PATH = Path(__file__).parent / "sensitivity_space.yaml"
 
 LEVELS = {
     "anchors": ("fixed", *COHORT_NORMALISATIONS),
+    "anchor_values": ("frozen",),  # and "<dimension>=<value>": see ANCHOR_VALUE
     "proximity": PROXIMITY,
     "robustness": ("mean_max", "mean", "worst"),
+    "retention": ("ratio", "chance_corrected"),
     "dominance": DOMINANCE,
     "multilabel_ece": ("top_label", "classwise"),
+    "seed_averaging": ("profiles", "scores"),
     "c_budget": ("nested_val", "full_val"),
 }
 """Every level a choice may take; the first is the package's own (documented in the space file). The
 normalisations, proximities and dominances are those :mod:`crsrepro.score.crs` implements."""
-CHOICES = ("anchors", "proximity", "robustness", "dominance", "multilabel_ece", "weights", "c_budget")
+CHOICES = ("anchors", "anchor_values", "proximity", "robustness", "retention", "dominance", "multilabel_ece",
+           "seed_averaging", "weights", "c_budget")
 """The choices of the space, in the order of the table's columns."""
+ANCHOR_VALUE = re.compile(r"^(auroc|ece|retention|robustness)=(\d+(?:\.\d+)?)$")
+"""A non-default level of ``anchor_values``: one dimension's worst-end anchor (the value mapped to 0)
+moved to another value, under ``anchors: fixed``."""
+RETENTION = {"ratio": label_efficiency_retention, "chance_corrected": chance_corrected_retention}
+"""L from a cell's ``{label fraction: clean AUROC}``, per level of ``retention``."""
 ROBUSTNESS = {"mean_max": robustness_raw,
               "mean": lambda drops: float(1.0 - np.mean(drops)),
               "worst": lambda drops: float(1.0 - np.max(drops))}
@@ -128,8 +138,10 @@ class Space:
 
     @property
     def size(self) -> int:
-        """The number of declared combinations (before levels without rows are skipped)."""
-        return int(np.prod([len(v) for v in self.levels.values()])) * len(self.weights)
+        """The number of declared combinations (before levels without rows are skipped); ``anchor_values``
+        moves only under ``anchors: fixed``."""
+        others = [len(v) for k, v in self.levels.items() if k not in ("anchors", "anchor_values")]
+        return len(_anchor_pairs(self)) * int(np.prod(others)) * len(self.weights)
 
 
 def _weight_grid(default, step, radius) -> tuple:
@@ -176,8 +188,9 @@ def load_space(path: str | Path | None = None) -> Space:
         if not isinstance(values, list) or not values or len(set(values)) != len(values):
             raise SensitivityError(f"{path}: {choice}.levels must be a non-empty list without repeats")
         for value in values:
-            if value not in allowed:
-                raise SensitivityError(f"{path}: {choice}.levels: unknown level {value!r} (one of {', '.join(allowed)})")
+            if value not in allowed and not (choice == "anchor_values" and ANCHOR_VALUE.match(str(value))):
+                also = " or <dimension>=<value>" if choice == "anchor_values" else ""
+                raise SensitivityError(f"{path}: {choice}.levels: unknown level {value!r} (one of {', '.join(allowed)}{also})")
         if values[0] != allowed[0]:
             raise SensitivityError(f"{path}: {choice}.levels must start with the package's own choice {allowed[0]!r}")
         levels[choice] = tuple(values)
@@ -201,17 +214,31 @@ def load_space(path: str | Path | None = None) -> Space:
 # --------------------------------------------------------------------------- the raw dimensions
 
 def _runs_with_budget(analysis, level: str):
-    """The runs computed with C budget ``level``, or None when the runs table holds none."""
+    """The runs under C budget ``level``: the run's own for its profile's ``probe.c_selection``; for
+    ``full_val`` on a ``nested_val`` run, :func:`_runs_with_full_val`; None when the runs hold neither."""
+    from crsrepro.run.units import FULL_VAL_AUROC
+
     runs = analysis.runs
-    if "c_selection" in runs.columns:
-        chosen = runs[runs["c_selection"] == level]
-        return chosen if len(chosen) else None
-    return runs if level == analysis.profile.probe.c_selection else None
+    if level == analysis.profile.probe.c_selection:
+        return runs
+    if level == "full_val" and FULL_VAL_AUROC in runs.columns:
+        return _runs_with_full_val(runs)
+    return None
 
 
-def _variant_profiles(runs, robustness: str, ece: str, *, include_transfer: bool):
-    """Per-seed reliability profiles under one R_raw aggregate and one multi-label ECE."""
-    profiles = reliability_profiles(runs, include_transfer=include_transfer, robustness=ROBUSTNESS[robustness])
+def _runs_with_full_val(runs):
+    """The runs with each smaller fraction's clean AUROC replaced by the one whose C was chosen on the
+    whole val split (:data:`crsrepro.run.units.FULL_VAL_AUROC`, computed by the grid from the same solve)."""
+    from crsrepro.run.units import FULL_VAL_AUROC
+
+    chosen = runs[FULL_VAL_AUROC].notna()
+    return runs.assign(auroc=runs["auroc"].where(~chosen, runs[FULL_VAL_AUROC]))
+
+
+def _variant_profiles(runs, robustness: str, ece: str, retention: str, *, include_transfer: bool):
+    """Per-seed reliability profiles under one R_raw aggregate, one multi-label ECE and one retention."""
+    profiles = reliability_profiles(runs, include_transfer=include_transfer, robustness=ROBUSTNESS[robustness],
+                                    retention=RETENTION[retention])
     if ece != "top_label":
         other = reliability_profiles(runs, include_transfer=include_transfer, ece_metric=ECE_METRIC[ece])
         multilabel = profiles["dataset"].map(lambda d: get_dataset_spec(d).task == "multilabel").to_numpy()
@@ -221,10 +248,31 @@ def _variant_profiles(runs, robustness: str, ece: str, *, include_transfer: bool
 
 # --------------------------------------------------------------------------- scoring every level at once
 
-def _normalise_all(raw: np.ndarray, datasets: np.ndarray, anchors, frame) -> np.ndarray:
-    """``raw`` (V, R, cells, 4) normalised under every anchors level: (V, A, R, cells, 4)."""
-    return np.stack([normalise(raw, frame.anchors) if a == "fixed" else cohort_normalise(raw, datasets, a)
-                     for a in anchors], axis=1)
+def _anchor_pairs(space: Space) -> list[tuple[str, str]]:
+    """The (anchors, anchor_values) levels that differ: each anchors level with the frozen values, and
+    ``fixed`` with each moved value (the values mean nothing to the cohort normalisations)."""
+    pairs = [(a, "frozen") for a in space.levels["anchors"]]
+    if "fixed" in space.levels["anchors"]:
+        pairs += [("fixed", v) for v in space.levels["anchor_values"][1:]]
+    return pairs
+
+
+def moved_anchors(anchors: dict, level: str) -> dict:
+    """The frame's ``anchors`` with one worst-end anchor moved (an ``anchor_values`` level).
+
+    >>> moved_anchors({"auroc": (0.5, 1.0), "ece": (0.25, 0.0)}, "ece=0.15")
+    {'auroc': (0.5, 1.0), 'ece': (0.15, 0.0)}
+    """
+    if level == "frozen":
+        return anchors
+    dimension, value = ANCHOR_VALUE.match(level).groups()
+    return {**anchors, dimension: (float(value), anchors[dimension][1])}
+
+
+def _normalise_all(raw: np.ndarray, datasets: np.ndarray, pairs, frame) -> np.ndarray:
+    """``raw`` (V, R, cells, 4) normalised under every (anchors, anchor_values) pair: (V, A, R, cells, 4)."""
+    return np.stack([normalise(raw, moved_anchors(frame.anchors, v)) if a == "fixed"
+                     else cohort_normalise(raw, datasets, a) for a, v in pairs], axis=1)
 
 
 def _components(p: np.ndarray, cells: pd.DataFrame, space: Space, frozen=None) -> dict:
@@ -307,13 +355,14 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
     if tuple(space.weights[0]) != tuple(analysis.frame.weights[c] for c in ("pareto", "proximity", "worst")):
         notes.append(f"the frame's weights {analysis.frame.weights} differ from the space's default {space.weights[0]}: "
                      "no combination is the book's CRS")
-    variants = [(c, r, e) for c in budgets for r in space.levels["robustness"] for e in eces]
-    default_variant = (space.levels["c_budget"][0], "mean_max", "top_label")
+    variants = [(c, r, e, t) for c in budgets for r in space.levels["robustness"] for e in eces
+                for t in space.levels["retention"]]
+    default_variant = (space.levels["c_budget"][0], "mean_max", "top_label", "ratio")
 
     def profiles_of(variant, include_transfer):
         if variant == default_variant and include_transfer and budgets[variant[0]] is analysis.runs:
             return analysis.reliability_profiles
-        return _variant_profiles(budgets[variant[0]], variant[1], variant[2], include_transfer=include_transfer)
+        return _variant_profiles(budgets[variant[0]], *variant[1:], include_transfer=include_transfer)
 
     per_seed = [profiles_of(v, True) for v in variants]
     cells, seeds, _ = per_seed_array(per_seed[0])
@@ -322,35 +371,38 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
         raise SensitivityError("the variants of the reliability profiles cover different cells")
     means = np.stack([t[list(DIMENSIONS)].to_numpy(float) for t in tables])             # (V, cells, 4)
     seed_values = np.stack([per_seed_array(t)[2] for t in per_seed])                    # (V, cells, S, 4)
-    draws = seed_weights(as_generator(rng), n_resamples, len(seeds))
-    # replicate 0 is the point estimate (the seed means), replicates 1..B the seed draws: (V, R, cells, 4)
-    raw = np.concatenate([means[:, None], np.einsum("bs,vcsk->vbck", draws, seed_values)], axis=1)
-    anchors = space.levels["anchors"]
-    p = _normalise_all(raw, cells["dataset"].to_numpy(), anchors, analysis.frame)         # (V, A, R, cells, 4)
+    draws = seed_weights(as_generator(rng), n_resamples, len(seeds))                    # (B, S)
+    pairs = _anchor_pairs(space)
+    datasets = cells["dataset"].to_numpy()
     frozen = None
     if default_variant in variants:  # the book's CRS: the frame's anchors and its frozen peers
         frozen = ((variants.index(default_variant), 0, 0), analysis.frame)
-    parts = _components(p, cells, space, frozen=frozen)                                   # each (V, A, R, cells)
-
+    point, boot = [], []
+    for order in space.levels["seed_averaging"]:
+        cell_crs, replicates = _scores(order, means, seed_values, draws, datasets, pairs, cells, space,
+                                       analysis.frame, frozen if order == "profiles" else None)
+        point.append(_choices_first(cell_crs))                                           # (V, A, D, P, K, cells)
+        boot.append(replicates)                                                          # (D, P, K, V, A, B, E)
+    point_cells = np.stack(point)                                                       # (O, V, A, D, P, K, cells)
     encoders, auroc = encoder_means(means[..., 0], cells["encoder"])                    # (V, E)
-    point_cells = _choices_first(_crs({k: v[..., 0, :] for k, v in parts.items()}, space))  # (V, A, D, P, K, cells)
-    aggregate = encoder_means(point_cells, cells["encoder"])[1]                          # (V, A, D, P, K, E)
-    by_encoder = {k: encoder_means(v[..., 1:, :], cells["encoder"])[1] for k, v in parts.items()}  # (V, A, B, E)
-    leaders = _crs(by_encoder, space).argmax(-1)                                          # (D, P, K, V, A, B)
-    p_rank1 = _choices_first((leaders[..., None] == np.arange(len(encoders))).mean(-2))    # (V, A, D, P, K, E)
-    tau, _, reversed_pairs = rank_correlations(auroc[:, None, None, None, None], aggregate)  # (V, A, D, P, K)
-    rho_crs, rho_auroc = _external_validity(analysis, space, variants, budgets, profiles_of, notes)
+    aggregate = encoder_means(point_cells, cells["encoder"])[1]                          # (O, V, A, D, P, K, E)
+    p_rank1 = np.stack([_choices_first((b.argmax(-1)[..., None] == np.arange(len(encoders))).mean(-2))
+                        for b in boot])                                                  # (O, V, A, D, P, K, E)
+    tau, _, reversed_pairs = rank_correlations(auroc[None, :, None, None, None, None], aggregate)
+    rho_crs, rho_auroc = _external_validity(analysis, space, variants, budgets, profiles_of, pairs, notes)
 
     rows = []
     for index in np.ndindex(aggregate.shape[:-1]):
-        v, a, d, q, k = index
+        o, v, a, d, q, k = index
         order = np.lexsort((encoders, -aggregate[index]))
         ranking = tuple(encoders[order])
-        budget, robustness, ece = variants[v]
-        rows.append({"anchors": anchors[a], "proximity": space.levels["proximity"][q], "robustness": robustness,
-                     "dominance": space.levels["dominance"][d], "multilabel_ece": ece,
+        budget, robustness, ece, retention = variants[v]
+        averaging = space.levels["seed_averaging"][o]
+        rows.append({"anchors": pairs[a][0], "anchor_values": pairs[a][1], "proximity": space.levels["proximity"][q],
+                     "robustness": robustness, "retention": retention, "dominance": space.levels["dominance"][d],
+                     "multilabel_ece": ece, "seed_averaging": averaging,
                      "weights": "/".join(f"{w:.2f}" for w in space.weights[k]), "c_budget": budget,
-                     "is_default": variants[v] == default_variant and a == d == q == k == 0,
+                     "is_default": variants[v] == default_variant and o == a == d == q == k == 0,
                      "ranking": ranking, "leader": ranking[0], "top3": tuple(sorted(ranking[:3])),
                      "auroc_ranking": tuple(encoders[np.lexsort((encoders, -auroc[v]))]),
                      "kendall_tau": float(tau[index]), "reversed_pairs": int(reversed_pairs[index]),
@@ -368,12 +420,36 @@ def multiverse(analysis, space: Space | None = None, *, n_resamples: int = 200, 
     return table
 
 
-def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
-    """rho(CRS without the transfer term, transfer AUROC) per combination (V, A, D, P, K), and
+def _scores(order, means, seed_values, draws, datasets, pairs, cells, space, frame, frozen):
+    """The cell CRS of every combination, (D, P, K, V, A, cells), and the encoders' aggregate CRS under
+    every seed draw, (D, P, K, V, A, B, E), under one ``seed_averaging`` level:
+
+    ``profiles``
+        Each cell's raw profile is averaged over the seeds (each draw's weights), then normalised and
+        scored: the book's CRS (``frozen``: its frozen peers for the default).
+    ``scores``
+        Each seed's profiles are normalised and scored against that seed's panel, then the CRS is
+        averaged over the seeds.
+    """
+    if order == "profiles":
+        # replicate 0 is the point estimate (the seed means), replicates 1..B the seed draws: (V, R, cells, 4)
+        raw = np.concatenate([means[:, None], np.einsum("bs,vcsk->vbck", draws, seed_values)], axis=1)
+        parts = _components(_normalise_all(raw, datasets, pairs, frame), cells, space, frozen=frozen)
+        by_encoder = {k: encoder_means(v[..., 1:, :], cells["encoder"])[1] for k, v in parts.items()}
+        return _crs({k: v[..., 0, :] for k, v in parts.items()}, space), _crs(by_encoder, space)
+    raw = np.moveaxis(seed_values, 2, 1)                                                   # (V, S, cells, 4)
+    crs = _crs(_components(_normalise_all(raw, datasets, pairs, frame), cells, space), space)  # (D, P, K, V, A, S, cells)
+    per_seed = encoder_means(crs, cells["encoder"])[1]                                    # (D, P, K, V, A, S, E)
+    return crs.mean(-2), np.einsum("bs,...se->...be", draws, per_seed)
+
+
+def _external_validity(analysis, space, variants, budgets, profiles_of, pairs, notes):
+    """rho(CRS without the transfer term, transfer AUROC) per combination (O, V, A, D, P, K), and
     rho(source AUROC, transfer AUROC) per variant; NaN (with a note) without transfer runs."""
     from crsrepro.analyse.findings import external_validity
 
-    shape = (len(variants), len(space.levels["anchors"]), len(space.levels["dominance"]),
+    orders = space.levels["seed_averaging"]
+    shape = (len(orders), len(variants), len(pairs), len(space.levels["dominance"]),
              len(space.levels["proximity"]), len(space.weights))
     try:
         reference = {level: external_validity(runs) for level, runs in budgets.items()}
@@ -383,13 +459,16 @@ def _external_validity(analysis, space, variants, budgets, profiles_of, notes):
     rho_crs, rho_auroc = np.empty(shape), np.empty(len(variants))
     for i, variant in enumerate(variants):
         table = reference[variant[0]].table
-        cells = cell_means(profiles_of(variant, False))
-        raw = cells[list(DIMENSIONS)].to_numpy(float)[None, None]                          # (1, 1, cells, 4)
-        p = _normalise_all(raw, cells["dataset"].to_numpy(), space.levels["anchors"], analysis.frame)[0, :, 0]
-        crs = np.moveaxis(_crs(_components(p, cells, space), space), 3, 0)                  # (A, D, P, K, cells)
-        names, mean = encoder_means(crs, cells["encoder"])
-        rho_crs[i] = rank_correlations(mean[..., np.searchsorted(names, table.index.to_numpy())],
-                                       table["target_auroc"].to_numpy())[1]
+        profiles = profiles_of(variant, False)
+        cells, _, values = per_seed_array(profiles)
+        mean = cell_means(profiles)[list(DIMENSIONS)].to_numpy(float)
+        for o, order in enumerate(orders):
+            raw = mean[None, None] if order == "profiles" else np.moveaxis(values, 1, 0)[None]  # (1, R, cells, 4)
+            p = _normalise_all(raw, cells["dataset"].to_numpy(), pairs, analysis.frame)[0]     # (A, R, cells, 4)
+            crs = _crs(_components(p, cells, space), space).mean(-2)                          # (D, P, K, A, cells)
+            names, by_encoder = encoder_means(np.moveaxis(crs, 3, 0), cells["encoder"])       # (A, D, P, K, E)
+            rho_crs[o, i] = rank_correlations(by_encoder[..., np.searchsorted(names, table.index.to_numpy())],
+                                              table["target_auroc"].to_numpy())[1]
         rho_auroc[i] = reference[variant[0]].rho_source_auroc
     return rho_crs, rho_auroc
 
@@ -457,8 +536,16 @@ def informative_shares(table: pd.DataFrame) -> dict:
     return {kind: float(holds[column].mean()) for kind, column in holds.attrs["kinds"].items()}
 
 
+def _matched(table: pd.DataFrame, choice: str) -> pd.Series:
+    """The rows whose other choices occur with every level of ``choice``, so that its levels are compared
+    like for like (``anchor_values`` moves only under ``anchors: fixed``)."""
+    others = [c for c in CHOICES if c != choice]
+    return table.groupby(others, sort=False)[choice].transform("nunique") == table[choice].nunique()
+
+
 def choice_effects(table: pd.DataFrame) -> pd.DataFrame:
-    """How much each choice splits each conclusion: max - min over its levels of the share that holds.
+    """How much each choice splits each conclusion: max - min over its levels of the share that holds,
+    over the combinations where every level of the choice occurs with the same other choices.
 
     Returns
     -------
@@ -470,7 +557,8 @@ def choice_effects(table: pd.DataFrame) -> pd.DataFrame:
     rows = {}
     for choice in CHOICES:
         if table[choice].nunique() > 1:
-            shares = holds.groupby(table[choice].to_numpy()).mean()
+            matched = _matched(table, choice)
+            shares = holds[matched].groupby(table.loc[matched, choice].to_numpy()).mean()
             rows[choice] = shares.max() - shares.min()
     effects = pd.DataFrame(rows).T
     effects["mean_spread"] = effects.mean(axis=1)
@@ -510,6 +598,55 @@ def conclusions(table: pd.DataFrame, analysis=None) -> pd.DataFrame:
         rows.append({"conclusion": name, "default": values[name], "share": share, "splits_most": splits,
                      "spread": float(effects[name].max()) if len(effects) else 0.0, "verdict": verdict})
     return pd.DataFrame(rows).set_index("conclusion")
+
+
+def level_moves(table: pd.DataFrame) -> pd.DataFrame:
+    """For every non-default level of every choice, how often it moves a conclusion: over the combinations
+    at the default's level of the choice, the share in which putting this level in its place (the other
+    choices unchanged) makes at least one conclusion of :func:`conclusions` hold where it failed, or fail
+    where it held.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``choice``, ``level``, ``pairs`` (the matched combinations) and ``moved`` (the share),
+        sorted by ``moved``, the level that moves least first.
+    """
+    holds, _ = _holds(table)
+    default = _default_row(table)
+    rows = []
+    for choice in CHOICES:
+        others = [c for c in CHOICES if c != choice]
+        at = {level: holds[table[choice] == level].set_axis(pd.MultiIndex.from_frame(table.loc[table[choice] == level, others]))
+              for level in table[choice].unique()}
+        base = at.pop(default[choice])
+        for level, moved in at.items():
+            common = base.index.intersection(moved.index)
+            changed = (base.loc[common] != moved.loc[common]).to_numpy().any(axis=1)
+            rows.append({"choice": choice, "level": str(level), "pairs": len(common),
+                         "moved": float(changed.mean()) if len(common) else np.nan})
+    return pd.DataFrame(rows).sort_values(["moved", "choice"], kind="stable").reset_index(drop=True)
+
+
+def inert_levels(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (choice, level) pairs that never move any conclusion (:func:`level_moves` share 0)."""
+    moves = level_moves(table)
+    return list(moves.loc[moves["moved"] == 0, ["choice", "level"]].itertuples(index=False, name=None))
+
+
+def inert_sentence(table: pd.DataFrame) -> str:
+    """Sentences naming the levels that never move any conclusion (:func:`inert_levels`), or, when every
+    level moves one somewhere, the level that moves conclusions least often, for the chapter."""
+    moves = level_moves(table)
+    inert = moves[moves["moved"] == 0]
+    if len(inert):
+        names = "; ".join(f"{c} {level}" for c, level in zip(inert["choice"], inert["level"]))
+        return (f"{len(inert)} of the {len(moves)} non-default levels never move any conclusion in any combination: "
+                f"{names}. Every other level moves at least one.")
+    least = moves.iloc[0]
+    return (f"Every one of the {len(moves)} non-default levels moves at least one conclusion in some combination. "
+            f"The one that moves conclusions least often is {least['choice']} {least['level']}, in "
+            f"{100 * least['moved']:.1f} % of the {least['pairs']:,} combinations where it can replace the default's level.")
 
 
 def matters_most(effects: pd.DataFrame) -> str:

@@ -383,12 +383,39 @@ def label_efficiency_retention(auroc_by_fraction):
     >>> label_efficiency_retention({0.01: 0.6, 0.05: 0.7, 0.10: 0.75, 0.25: 0.75, 1.0: 0.8})
     0.875
     """
+    return _mean_ratio_to_full(auroc_by_fraction, offset=0.0)
+
+
+CHANCE_FLOOR = 0.01
+"""The smallest ``AUROC_1.0 - 0.5`` that :func:`chance_corrected_retention` divides by **[ours]**: an
+encoder at chance with all its labels has no retention to measure."""
+
+
+def chance_corrected_retention(auroc_by_fraction):
+    """Retention above chance, the sensitivity chapter's alternative to L (DESIGN.md section 14).
+
+    ``mean_f (AUROC_f - 0.5) / (AUROC_1.0 - 0.5)`` over the fractions other than 1.0, the denominator
+    floored at :data:`CHANCE_FLOOR`. Unlike :func:`label_efficiency_retention`, an encoder that is near
+    chance at every fraction does not score a retention near 1.
+
+    Examples
+    --------
+    >>> round(chance_corrected_retention({0.01: 0.6, 0.05: 0.7, 0.10: 0.75, 0.25: 0.75, 1.0: 0.8}), 4)
+    0.6667
+    """
+    return _mean_ratio_to_full(auroc_by_fraction, offset=0.5)
+
+
+def _mean_ratio_to_full(auroc_by_fraction, *, offset):
+    """``mean_f (AUROC_f - offset) / (AUROC_1.0 - offset)`` over the fractions below 1.0; with offset 0.5
+    the denominator is floored at :data:`CHANCE_FLOOR`."""
     fractions, values = _check_fraction_curve(auroc_by_fraction)
     if not np.isclose(fractions[-1], 1.0):
         raise ValueError(f"auroc_by_fraction needs the full-label fraction 1.0, got {fractions.tolist()}")
-    if np.any(values[-1] <= 0):
+    if offset == 0 and np.any(values[-1] <= 0):
         raise ValueError("the full-label AUROC must be positive")
-    retention = np.mean(values[:-1] / values[-1], axis=0)
+    denominator = values[-1] - offset if offset == 0 else np.maximum(values[-1] - offset, CHANCE_FLOOR)
+    retention = np.mean((values[:-1] - offset) / denominator, axis=0)
     return float(retention) if retention.ndim == 0 else retention
 
 

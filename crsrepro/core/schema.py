@@ -20,7 +20,7 @@ from crsrepro.core.vocab import CLEAN, LINEAR, NO_RECALIBRATION, PERTURBATIONS, 
 RUN_KEYS = ["encoder", "family", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
             "recalibrator"]
 #: What a row records about its fit, beside its key and its metric.
-RUN_INFO = ["probe_C", "converged", "hit_time_cap", "fit_seconds", "rowset"]
+RUN_INFO = ["probe_C", "converged", "c_rule", "c_tie", "hit_time_cap", "fit_seconds", "rowset"]
 COLUMNS = RUN_KEYS + ["metric", "value"] + RUN_INFO
 #: A run of the grid, before the probe and its protocol are chosen.
 GRID_COLUMNS = ["encoder", "dataset", "seed", "label_fraction", "condition"]

@@ -29,6 +29,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 
 
+_EPS = float(np.finfo(np.float64).eps)
+
+
 def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_size=10, max_line_search=40):
     """Minimise P independent smooth objectives at once with L-BFGS (one history per problem).
 
@@ -37,7 +40,8 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
     scikit-learn's lbfgs uses). Every objective evaluation is batched over the problems still
     running. The step is found by backtracking on the Armijo condition **[ours: simpler than a strong
     Wolfe search and enough for convex problems]**; a pair that breaks the curvature condition
-    ``s'y > 0`` is left out of the history.
+    ``s'y > eps y'y`` (scipy's test, relative, so that the tiny steps of a strongly regularised problem
+    still teach the curvature) is left out of the history.
 
     Parameters
     ----------
@@ -122,11 +126,11 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
         slot = it % m
         s = step[:, None] * direction * accepted[:, None]
         y = (g_new - g_i) * accepted[:, None]
-        sy = (s * y).sum(1)
-        good = accepted & (sy > 1e-10)
+        sy, yy = (s * y).sum(1), (y * y).sum(1)
+        good = accepted & (sy > _EPS * yy) & (yy > 0)  # scipy's relative test: tiny steps still count
         S[slot, idx], Y[slot, idx] = s, y
         rho[slot, idx] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
-        gamma[idx] = torch.where(good, sy / (y * y).sum(1).clamp(min=1e-300), gamma[idx])
+        gamma[idx] = torch.where(good, sy / yy.clamp(min=1e-300), gamma[idx])
         has_pair[idx] |= good
         theta[idx] += s
         f[idx], g[idx] = f_new, g_new
@@ -184,53 +188,82 @@ class _LogisticObjective:
         return f, grad.reshape(p, -1)
 
 
-def solve_torch_masked(Z, targets, row_masks, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+def _prior_intercepts(y_t, masks, observed, *, link, n_classes, n_cols):
+    """The intercepts of a model with zero weights at its optimum, the log-odds of each problem's class
+    frequencies (smoothed by half a case): the start of every problem, near the optimum of a strongly
+    regularised one. Shape (F, n_cols * M)."""
+    masks = masks.to(y_t.dtype if link == "sigmoid" else torch.float64)
+    if link == "sigmoid":
+        weight = masks[:, :, None] * observed[None]                             # (F, N, cols)
+        p = ((weight * torch.nan_to_num(y_t)[None]).sum(1) + 0.5) / (weight.sum(1) + 1.0)
+        return torch.log(p / (1 - p))
+    counts = masks @ torch.nn.functional.one_hot(y_t, n_classes).to(masks.dtype) + 0.5   # (F, K)
+    log_p = torch.log(counts / counts.sum(1, keepdim=True))
+    return log_p - log_p.mean(1, keepdim=True)
+
+
+def solve_torch_masked(Z, targets, row_masks, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device,
+                       init=None):
     """Fit every (row mask, C, column) problem as one :func:`batched_lbfgs`.
 
     ``row_masks`` is a bool array (F, N): problem (f, c, j) fits column j at C ``c_grid[c]`` on the
-    rows of mask f. Returns ``coef (F, nC, M, D)``, ``intercept (F, nC, M)``, ``n_iter (F, nC,
-    n_cols)``, ``converged (F, nC, n_cols)`` and whether the time cap was hit.
+    rows of mask f. Every problem starts from zero weights and the intercepts of its class frequencies
+    (the optimum as C -> 0, :func:`_prior_intercepts`) **[ours]**, or, with ``init = (coef, intercept)``
+    of the returned shapes, from its own entry there (the folds of a cross-validated C choice start
+    from the probe's own solution). Returns ``coef (F, nC, M, D)``, ``intercept (F, nC, M)``, ``n_iter
+    (F, nC, n_cols)``, ``converged (F, nC, n_cols)`` and whether the time cap was hit.
     """
     device = torch.device(device)
     Z_t = torch.as_tensor(Z, dtype=torch.float64, device=device)
-    n_masks, n_c = len(row_masks), len(c_grid)
+    n_masks, n_c, dim = len(row_masks), len(c_grid), Z.shape[1]
     if link == "sigmoid":
         n_cols = targets.shape[1]
         y_t = torch.as_tensor(targets, dtype=torch.float64, device=device)
     else:
         n_cols = 1
         y_t = torch.as_tensor(targets, dtype=torch.long, device=device)
+    masks = torch.as_tensor(row_masks, device=device)
     # problem index = (mask, C index, column), column fastest
     fraction = torch.arange(n_masks, device=device).repeat_interleave(n_c * n_cols)
     column = torch.arange(n_cols, device=device).repeat(n_masks * n_c)
     C = torch.as_tensor(np.tile(np.repeat(c_grid, n_cols), n_masks), dtype=torch.float64, device=device)
-    objective = _LogisticObjective(Z_t, y_t, link=link, C=C, rows=torch.as_tensor(row_masks, device=device),
-                                   fraction=fraction, column=column if link == "sigmoid" else None,
-                                   n_classes=n_classes)
+    objective = _LogisticObjective(Z_t, y_t, link=link, C=C, rows=masks, fraction=fraction,
+                                   column=column if link == "sigmoid" else None, n_classes=n_classes)
     n_out = objective.n_outputs
-    theta0 = Z_t.new_zeros(n_masks * n_c * n_cols, n_out * (Z.shape[1] + 1))
+    if init is not None:
+        theta0 = torch.as_tensor(np.concatenate([init[0], init[1][..., None]], axis=-1), dtype=torch.float64,
+                                 device=device).reshape(n_masks * n_c * n_cols, n_out * (dim + 1))
+    else:
+        theta0 = Z_t.new_zeros(n_masks, n_c, n_cols, n_out, dim + 1)
+        observed = (~torch.isnan(y_t)).to(torch.float64) if link == "sigmoid" else None
+        theta0[..., dim] = _prior_intercepts(y_t, masks, observed, link=link, n_classes=n_classes,
+                                             n_cols=n_cols).view(n_masks, 1, n_cols, n_out)
+        theta0 = theta0.view(n_masks * n_c * n_cols, -1)
     theta, n_iter, converged, hit_cap = batched_lbfgs(objective, theta0, max_iter=max_iter, tol=tol,
                                                        time_cap_s=time_cap_s)
-    params = theta.view(n_masks, n_c, n_cols * n_out, Z.shape[1] + 1).cpu().numpy()
+    params = theta.view(n_masks, n_c, n_cols * n_out, dim + 1).cpu().numpy()
     return (params[..., :-1], params[..., -1], n_iter.reshape(n_masks, n_c, n_cols),
             converged.reshape(n_masks, n_c, n_cols), hit_cap)
 
 
-def solve_torch(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
-    """Fit every (C, column) problem with :func:`batched_lbfgs`; shapes as in :func:`solve_sklearn`."""
+def solve_torch(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device, init=None):
+    """Fit every (C, column) problem with :func:`solve_torch_masked` on every row; shapes as in
+    :func:`solve_sklearn`, ``init`` as there."""
+    init = None if init is None else (init[0][None], init[1][None])
     coef, intercept, n_iter, converged, hit_cap = solve_torch_masked(
         Z, targets, np.ones((1, Z.shape[0]), dtype=bool), link=link, n_classes=n_classes, c_grid=c_grid,
-        max_iter=max_iter, tol=tol, time_cap_s=time_cap_s, device=device)
+        max_iter=max_iter, tol=tol, time_cap_s=time_cap_s, device=device, init=init)
     return coef[0], intercept[0], n_iter[0], converged[0], hit_cap
 
 
-def solve_sklearn(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device):
+def solve_sklearn(Z, targets, *, link, n_classes, c_grid, max_iter, tol, time_cap_s, device, init=None):
     """Fit one ``LogisticRegression`` per (C, column); after the first C, start none past the time cap.
 
     Returns ``coef (nC, M, D)``, ``intercept (nC, M)``, ``n_iter (nC, n_cols)``, ``converged (nC,
-    n_cols)`` and whether the cap was hit; C values never reached have NaN coefficients.
+    n_cols)`` and whether the cap was hit; C values never reached have NaN coefficients. Each fit starts
+    from zero (scikit-learn's own start), so ``init`` is not read.
     """
-    del device  # the reference backend runs on the CPU
+    del device, init  # the reference backend runs on the CPU, from scikit-learn's own start
     start = time.perf_counter()
     columns = [targets[:, j] for j in range(targets.shape[1])] if link == "sigmoid" else [targets]
     n_out = len(columns) if link == "sigmoid" else n_classes

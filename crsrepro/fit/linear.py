@@ -26,13 +26,16 @@ that label's loss.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
+import warnings
 
 import numpy as np
 import torch
 from scipy.special import expit, softmax
 from sklearn.base import BaseEstimator
+from sklearn.model_selection import KFold, StratifiedKFold
 from sklearn.utils.validation import check_is_fitted
 from tqdm import tqdm
 
@@ -44,6 +47,19 @@ logger = logging.getLogger(__name__)
 
 #: The C grid of the linear probe **[ours]**: 10^-4 .. 10^2, 7 values, the same for every encoder.
 C_GRID = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0)
+#: Below this many labelled validation cases (per class for multi-class) a probe chooses C by
+#: stratified k-fold cross-validation inside its labelled subset (train and val rows of its label
+#: fraction) instead of on the val cases alone **[ours]**.
+MIN_VAL_CASES = 10
+#: The folds of that cross-validation (fewer when the labelled subset is smaller) **[ours]**.
+CV_FOLDS = 5
+#: How a probe's C was chosen: on the val cases, or by cross-validation inside the labelled subset.
+C_RULES = ("val", "cv")
+#: The chosen C's problems that have not converged within ``max_iter`` go on, from where they stopped,
+#: up to this many times ``max_iter`` in all (the weakly regularised, nearly separable problems need
+#: it; the other C values only choose C, so they keep ``max_iter``) **[ours]**. It is not a probe
+#: parameter, so not in the row-set keys: a change must bump ``crsrepro.run.results.CACHE_VERSION``.
+FINISH_FACTOR = 10
 
 
 # ----------------------------------------------------------------------------------------------
@@ -170,20 +186,29 @@ class LinearProbe(StandardizedProbe):
         Multinomial regression over K classes (a single binary regression when K = 2, as in
         scikit-learn), or one binary regression per label.
     c_grid : sequence of float, default :data:`C_GRID`
-        Candidate inverse regularisation strengths **[ours: 10^-4..10^2, 7 values]**. Ties in
-        validation AUROC go to the smallest C (the strongest regularisation).
+        Candidate inverse regularisation strengths **[ours: 10^-4..10^2, 7 values]**. C is chosen by
+        validation macro AUROC; a tie goes to the lower validation log-loss, never to grid order
+        **[ours]**.
     backend : {"sklearn", "torch"}, default "sklearn"
         The reference solver, or the batched L-BFGS (see the module docstring).
     device : str, default "cpu"
         Torch device of the torch backend (``"cuda"`` on a GPU).
     max_iter : int, default 200
-        L-BFGS iteration budget per (C, label) problem **[ours; a profile setting]**.
+        L-BFGS iteration budget per (C, label) problem **[ours; a profile setting]**; the chosen C's
+        problems may go on to :data:`FINISH_FACTOR` times it.
     tol : float, default 1e-4
         Gradient tolerance of the normalised objective, scikit-learn's default **[ours]**.
     time_cap_s : float or None, default None
         Wall-time cap of one probe fit, the whole C grid included (the paper's equal compute cap; a
         profile setting). The torch backend stops iterating when it is reached; the sklearn backend
         fits the first C, then starts no further C value.
+    min_val_cases : int, default :data:`MIN_VAL_CASES`
+        With fewer labelled validation cases than this (for multi-class: in the rarest class), C is
+        chosen by ``cv_folds``-fold cross-validation (stratified for multi-class, seeded with 0) over
+        the training and validation rows together, on the pooled out-of-fold probabilities, with the
+        same AUROC-then-log-loss rule **[ours]**. The model kept is still the one fitted on the
+        training rows at that C.
+    cv_folds : int, default :data:`CV_FOLDS`
 
     Attributes
     ----------
@@ -191,17 +216,26 @@ class LinearProbe(StandardizedProbe):
         The standardisation.
     C_ : float
         The chosen C.
-    val_auroc_ : ndarray of shape (len(c_grid),)
-        Validation macro AUROC per C (NaN where a C was not fitted before the time cap).
+    val_auroc_, val_log_loss_ : ndarray of shape (len(c_grid),)
+        Validation macro AUROC and log-loss per C (out of fold when ``c_rule_ == "cv"``; NaN where a
+        C was not fitted before the time cap).
+    c_rule_ : {"val", "cv"}
+        How C was chosen (:data:`C_RULES`).
+    c_tie_ : bool
+        Whether several C shared the best AUROC, so that the log-loss decided.
+    full_val_ : tuple (C, coef, intercept) or None
+        The model the same solve gives when C is chosen on the whole validation split instead
+        (``fit(..., full_val=...)``; the multiverse's C-budget level), see :meth:`full_val_probe`.
     coef_ : ndarray of shape (M, D)
     intercept_ : ndarray of shape (M,)
         The chosen model on standardised features (M = K, 1 for K = 2, or L).
     n_classes_ : int
         K for multi-class, L for multi-label.
     converged_ : bool
-        Whether every problem of the chosen C met the gradient tolerance.
+        Whether every problem of the chosen C met the gradient tolerance (after the finishing
+        iterations of :data:`FINISH_FACTOR`).
     n_iter_ : int
-        The largest iteration count among the chosen C's problems.
+        The largest iteration count among the chosen C's problems, the finishing ones included.
     converged_by_c_, n_iter_by_c_ : ndarray of shape (len(c_grid),)
         The same two per C of the sorted grid (False and 0 where a C was not fitted).
     hit_time_cap_ : bool
@@ -219,7 +253,7 @@ class LinearProbe(StandardizedProbe):
     """
 
     def __init__(self, *, task, c_grid=C_GRID, backend="sklearn", device="cpu", max_iter=200, tol=1e-4,
-                 time_cap_s=None):
+                 time_cap_s=None, min_val_cases=MIN_VAL_CASES, cv_folds=CV_FOLDS):
         self.task = task
         self.c_grid = c_grid
         self.backend = backend
@@ -227,8 +261,10 @@ class LinearProbe(StandardizedProbe):
         self.max_iter = max_iter
         self.tol = tol
         self.time_cap_s = time_cap_s
+        self.min_val_cases = min_val_cases
+        self.cv_folds = cv_folds
 
-    def fit(self, X, y, *, X_val, y_val, standardize_with=None):
+    def fit(self, X, y, *, X_val, y_val, standardize_with=None, full_val=None):
         """Fit on (X, y), choosing C on (X_val, y_val).
 
         Parameters
@@ -240,6 +276,9 @@ class LinearProbe(StandardizedProbe):
         standardize_with : array of shape (M, D) or None
             Features that define the standardisation (the full train split, DESIGN.md section 3);
             None uses X.
+        full_val : tuple (X, y) or None
+            A larger validation split on which C is also chosen, from the same solve (``full_val_``; left
+            None when it holds a class that the training labels lack).
 
         Returns
         -------
@@ -247,7 +286,10 @@ class LinearProbe(StandardizedProbe):
         """
         X, y, X_val, y_val = check_fit_inputs(self.task, X, y, X_val, y_val)
         self._set_standardization(X, standardize_with)
-        return self._fit_standardized((X - self.mean_) / self.scale_, y, (X_val - self.mean_) / self.scale_, y_val)
+        if full_val is not None:
+            full_val = (self._standardize(full_val[0]), check_labels(full_val[1], len(full_val[0]), self.task, "full_val"))
+        return self._fit_standardized((X - self.mean_) / self.scale_, y, (X_val - self.mean_) / self.scale_, y_val,
+                                      full_val=full_val)
 
     def _check_params(self):
         if self.backend not in PROBE_BACKENDS:
@@ -255,27 +297,38 @@ class LinearProbe(StandardizedProbe):
         grid = np.asarray(self.c_grid, dtype=float)
         if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 0):
             raise ValueError(f"c_grid must be a non-empty sequence of positive numbers, got {self.c_grid!r}")
-        if not (isinstance(self.max_iter, (int, np.integer)) and self.max_iter > 0):
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        for name in ("max_iter", "min_val_cases", "cv_folds"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, np.integer)) and value > (1 if name == "cv_folds" else 0)):
+                raise ValueError(f"{name} must be a positive integer (cv_folds at least 2), got {value!r}")
         check_time_cap(self.time_cap_s)
         return np.sort(grid)
 
-    def _fit_standardized(self, Z, y, Z_val, y_val):
-        """Fit on features already standardised with ``mean_`` and ``scale_``."""
+    def _fit_standardized(self, Z, y, Z_val, y_val, *, full_val=None):
+        """Fit on features already standardised with ``mean_`` and ``scale_`` (``full_val`` too)."""
         start = time.perf_counter()
         grid = self._check_params()
         link, targets = self._problem(y, y_val)
-        solution = SOLVERS[self.backend](Z, targets, link=link, n_classes=self.n_classes_, c_grid=grid,
-                                          max_iter=self.max_iter, tol=self.tol, time_cap_s=self.time_cap_s,
-                                          device=self.device)
-        return self._select(grid, *solution, Z_val, y_val, seconds=time.perf_counter() - start)
+        solution = self._solve(Z, targets, grid)
+        return self._select(grid, *solution, (Z, y), (Z_val, y_val), full_val=full_val,
+                            seconds=time.perf_counter() - start)
+
+    def _solve(self, Z, targets, grid, init=None, max_iter=None):
+        return SOLVERS[self.backend](Z, targets, link=self._link, n_classes=self.n_classes_, c_grid=grid,
+                                     max_iter=max_iter or self.max_iter, tol=self.tol, time_cap_s=self.time_cap_s,
+                                     device=self.device, init=init)
+
+    def _targets(self, y):
+        """The solver's targets for labels ``y`` (after :meth:`_problem`)."""
+        return y[:, None].astype(float) if self._binary else y
 
     def _problem(self, y, y_val):
         """Set ``n_classes_`` and return the solver's link and targets for labels ``y``."""
         if self.task == "multiclass":
             self.n_classes_ = count_classes(y, y_val)
             self._binary = self.n_classes_ == 2
-            self._link, targets = ("sigmoid", y[:, None].astype(float)) if self._binary else ("softmax", y)
+            self._link = "sigmoid" if self._binary else "softmax"
+            targets = self._targets(y)
         else:
             one_class = [j for j in range(y.shape[1]) if np.unique(y[~np.isnan(y[:, j]), j]).size < 2]
             if one_class:
@@ -283,21 +336,28 @@ class LinearProbe(StandardizedProbe):
             self.n_classes_, self._binary, self._link, targets = y.shape[1], False, "sigmoid", y
         return self._link, targets
 
-    def _select(self, grid, coef, intercept, n_iter, converged, hit_time_cap, Z_val, y_val, *, seconds):
-        """Score every fitted C on the validation split and keep the best (``seconds``: the solve's share)."""
+    def _select(self, grid, coef, intercept, n_iter, converged, hit_time_cap, train, val, *, seconds, full_val=None):
+        """Choose C (:meth:`_choose`) and keep its model; ``train`` and ``val`` are (Z, y) pairs, ``seconds``
+        the solve's share of the fit time."""
         start = time.perf_counter()
         self.hit_time_cap_ = hit_time_cap
-        self.val_auroc_ = np.full(grid.size, np.nan)
-        for c_index in np.flatnonzero(np.isfinite(coef).all(axis=(1, 2))):
-            probs = _linear_probabilities(Z_val, coef[c_index], intercept[c_index], link=self._link,
-                                          binary_multiclass=self._binary)
-            self.val_auroc_[c_index] = np.nanmean(per_class_auroc(y_val, probs, task=self.task))
-        if np.all(np.isnan(self.val_auroc_)):
-            raise ValueError("no C value could be scored: the validation labels have no class with both outcomes")
-        best = int(np.nanargmax(self.val_auroc_))
+        best, self.c_rule_, self.c_tie_, self.val_auroc_, self.val_log_loss_ = self._choose(grid, coef, intercept,
+                                                                                            train, val)
+        self.full_val_ = None
+        if full_val is not None and (self.task == "multilabel" or full_val[1].max() < self.n_classes_):
+            index = self._choose(grid, coef, intercept, train, full_val)[0]
+            self.full_val_ = (float(grid[index]), coef[index], intercept[index])
         self.C_ = float(grid[best])
         self.coef_, self.intercept_ = coef[best], intercept[best]
         self.converged_by_c_, self.n_iter_by_c_ = converged.all(axis=1), n_iter.max(axis=1)
+        if not self.converged_by_c_[best] and not hit_time_cap:  # finish the chosen C (FINISH_FACTOR)
+            solved = self._solve(train[0], self._targets(train[1]), grid[best:best + 1],
+                                 init=(coef[best:best + 1], intercept[best:best + 1]),
+                                 max_iter=(FINISH_FACTOR - 1) * self.max_iter)
+            self.coef_, self.intercept_ = solved[0][0], solved[1][0]
+            self.converged_by_c_[best] = bool(solved[3].all())
+            self.n_iter_by_c_[best] += int(solved[2].max())
+            self.hit_time_cap_ = self.hit_time_cap_ or solved[4]
         self.converged_ = bool(self.converged_by_c_[best])
         self.n_iter_ = int(self.n_iter_by_c_[best])
         self.fit_seconds_ = seconds + time.perf_counter() - start
@@ -305,10 +365,115 @@ class LinearProbe(StandardizedProbe):
             logger.info("linear probe (C=%g) stopped before converging after %d iterations", self.C_, self.n_iter_)
         return self
 
+    def _choose(self, grid, coef, intercept, train, val):
+        """(index of the chosen C, rule, tie, AUROC per C, log-loss per C) on ``val``, or by
+        cross-validation over ``train`` and ``val`` together when ``val`` has too few cases."""
+        fitted = np.flatnonzero(np.isfinite(coef).all(axis=(1, 2)))
+        Z_val, y_val = val
+        rule, scored = "val", None
+        if _labelled_cases(y_val, self.task, self.n_classes_) < self.min_val_cases:
+            scored = self._cross_validated(grid, fitted, train, val, (np.nan_to_num(coef), np.nan_to_num(intercept)))
+            rule = "val" if scored is None else "cv"
+        if scored is None:
+            scored = y_val, {c: _linear_probabilities(Z_val, coef[c], intercept[c], link=self._link,
+                                                      binary_multiclass=self._binary) for c in fitted}
+        y_scored, probs = scored
+        auroc, loss = np.full(grid.size, np.nan), np.full(grid.size, np.nan)
+        for c, p in probs.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a class without both outcomes: NaN, left out
+                auroc[c] = np.nanmean(per_class_auroc(y_scored, p, task=self.task))
+            loss[c] = log_loss(y_scored, p, task=self.task)
+        if np.all(np.isnan(auroc)):
+            raise ValueError("no C value could be scored: the validation labels have no class with both outcomes")
+        best, tie = choose_c(auroc, loss)
+        return best, rule, tie, auroc, loss
+
+    def _cross_validated(self, grid, fitted, train, val, init):
+        """(labels, {C index: pooled out-of-fold probabilities}) over the train and val rows together, or
+        None when they are too few for two folds. Each fold's solve starts from ``init``, the probe's own
+        solution (the optimum does not depend on the start; the folds converge in fewer iterations)."""
+        Z = np.concatenate([train[0], val[0]])
+        y = np.concatenate([train[1], val[1]])
+        n_folds = min(self.cv_folds, len(y) // 2)
+        if self.task == "multiclass":  # stratification needs a class with at least one case per fold
+            n_folds = min(n_folds, int(np.bincount(y).max()))
+        if n_folds < 2:
+            return None
+        if self.task == "multiclass":
+            splitter = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=0)
+        else:
+            splitter = KFold(n_splits=n_folds, shuffle=True, random_state=0)
+        out_of_fold = {c: None for c in fitted}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a class rarer than the folds: some folds lack it
+            folds = list(splitter.split(Z, y if self.task == "multiclass" else None))
+        for fit_rows, held_out in folds:
+            coef, intercept = self._solve(Z[fit_rows], self._targets(y[fit_rows]), grid, init=init)[:2]
+            for c in fitted:
+                p = _linear_probabilities(Z[held_out], coef[c], intercept[c], link=self._link,
+                                          binary_multiclass=self._binary)
+                if out_of_fold[c] is None:
+                    out_of_fold[c] = np.empty((len(y), p.shape[1]))
+                out_of_fold[c][held_out] = p
+        return y, out_of_fold
+
+    def full_val_probe(self) -> "LinearProbe":
+        """A copy of this probe with the model chosen on the whole validation split (``full_val_``)."""
+        check_is_fitted(self)
+        if self.full_val_ is None:
+            raise ValueError("this probe was fitted without full_val")
+        other = copy.copy(self)
+        other.C_, other.coef_, other.intercept_ = self.full_val_
+        return other
+
     def predict_proba(self, X):
         """Class probabilities (N, K), rows summing to 1, or per-label probabilities (N, L)."""
         Z = self._standardize(X)
         return _linear_probabilities(Z, self.coef_, self.intercept_, link=self._link, binary_multiclass=self._binary)
+
+
+def _labelled_cases(y, task, n_classes) -> int:
+    """The labelled cases that choose C: those of the rarest class (multi-class), or the rows with at
+    least one observed label (multi-label)."""
+    if task == "multiclass":
+        return int(np.bincount(y, minlength=n_classes).min())
+    return int((~np.isnan(y)).any(axis=1).sum())
+
+
+def log_loss(y, probs, *, task) -> float:
+    """Mean log-loss of probabilities: categorical for multi-class, the binary log-loss over the observed
+    (case, label) pairs for multi-label; probabilities are clipped to [1e-15, 1 - 1e-15].
+
+    Examples
+    --------
+    >>> round(log_loss(np.array([0, 1]), np.array([[0.8, 0.2], [0.5, 0.5]]), task="multiclass"), 4)
+    0.4581
+    """
+    p = np.clip(probs, 1e-15, 1 - 1e-15)
+    if task == "multiclass":
+        return float(-np.mean(np.log(p[np.arange(len(y)), y])))
+    observed = ~np.isnan(y)
+    t = np.where(observed, y, 0.0)
+    return float(-(t * np.log(p) + (1 - t) * np.log(1 - p))[observed].mean())
+
+
+def choose_c(auroc, loss) -> tuple[int, bool]:
+    """The index of the best C: the highest AUROC, a tie going to the lowest log-loss (never to grid
+    order); and whether there was a tie. NaN entries (C not fitted or not scorable) are left out.
+
+    Examples
+    --------
+    >>> choose_c(np.array([0.9, 0.9, 0.8]), np.array([0.6, 0.4, 0.3]))
+    (1, True)
+    >>> choose_c(np.array([0.7, 0.9, np.nan]), np.array([0.2, 0.4, np.nan]))
+    (1, False)
+    """
+    auroc, loss = np.asarray(auroc, dtype=float), np.asarray(loss, dtype=float)
+    tied = np.flatnonzero(auroc >= np.nanmax(auroc) - 1e-12)
+    if tied.size == 1:
+        return int(tied[0]), False
+    return int(tied[np.nanargmin(np.where(np.isnan(loss[tied]), np.inf, loss[tied]))]), True
 
 
 #: How :func:`fit_linear_probes` solves the fractions of one cell-seed with the torch backend **[ours]**.
@@ -321,8 +486,8 @@ def default_solve(device) -> str:
 
 
 def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C_GRID, backend="torch", device="cpu",
-                      max_iter=200, tol=1e-4, time_cap_s=None, standardize_with=None, val_subsets=None,
-                      progress=True, solve=None):
+                      max_iter=200, tol=1e-4, time_cap_s=None, min_val_cases=MIN_VAL_CASES, cv_folds=CV_FOLDS,
+                      standardize_with=None, val_subsets=None, progress=True, solve=None):
     """Fit one linear probe per label fraction, all standardised with the full train split.
 
     This is the run grid's entry point (DESIGN.md section 7: a probe is fitted once per cell, seed
@@ -358,7 +523,7 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
         Row indices into ``X_train`` per label fraction (the nested label subsets).
     X_val, y_val : arrays
         The validation split, which picks C.
-    task, c_grid, backend, device, max_iter, tol, time_cap_s
+    task, c_grid, backend, device, max_iter, tol, time_cap_s, min_val_cases, cv_folds
         As in :class:`LinearProbe`. ``time_cap_s`` is per probe; the masked solve gets the caps of
         all its fractions together (``time_cap_s`` x the number of fractions) **[ours]**.
     standardize_with : array of shape (M, D) or None
@@ -366,7 +531,9 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     val_subsets : dict[float, array of int] or None
         Row indices into ``X_val`` that pick C at each fraction **[ours]** (DESIGN.md section 3: the
         nested val subset of the same fraction, so "1 % labels" means 1 % of the labels); None uses the
-        whole validation split at every fraction.
+        whole validation split at every fraction. A fraction whose val subset is smaller than the split
+        also chooses C on the whole split from the same solve (``full_val_``, the multiverse's C-budget
+        level).
     progress : bool, default True
         Show a progress bar over the fractions.
     solve : {"masked", "per_fraction"} or None, default None
@@ -406,19 +573,20 @@ def fit_linear_probes(X_train, y_train, subsets, X_val, y_val, *, task, c_grid=C
     probes = {}
     for fraction in subsets:
         probe = LinearProbe(task=task, c_grid=c_grid, backend=backend, device=device, max_iter=max_iter, tol=tol,
-                            time_cap_s=time_cap_s)
+                            time_cap_s=time_cap_s, min_val_cases=min_val_cases, cv_folds=cv_folds)
         probe.mean_, probe.scale_ = mean, scale
         probes[fraction] = probe
+    full_val = {f: (Z_val, y_val) if len(val_rows[f]) < len(Z_val) else None for f in subsets}
     if solve == "per_fraction":
         for fraction, probe in tqdm(probes.items(), desc=f"linear probes ({backend})", disable=not progress):
             probe._fit_standardized(Z_train[rows[fraction]], y_train[rows[fraction]], Z_val[val_rows[fraction]],
-                                    y_val[val_rows[fraction]])
+                                    y_val[val_rows[fraction]], full_val=full_val[fraction])
         return probes
-    _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows)
+    _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows, full_val)
     return probes
 
 
-def _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows):
+def _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows, full_val):
     """The masked solve of :func:`fit_linear_probes`: one batched L-BFGS per group of fractions that share
     the link and the class count (one group unless a small fraction lacks the top class)."""
     groups = {}
@@ -442,7 +610,9 @@ def _fit_masked(probes, Z_train, y_train, rows, Z_val, y_val, val_rows):
         share = (time.perf_counter() - start) / len(fractions)
         for i, fraction in enumerate(fractions):
             probes[fraction]._select(grid, coef[i], intercept[i], n_iter[i], converged[i], hit_cap,
-                                     Z_val[val_rows[fraction]], y_val[val_rows[fraction]], seconds=share)
+                                     (Z_train[rows[fraction]], y_train[rows[fraction]]),
+                                     (Z_val[val_rows[fraction]], y_val[val_rows[fraction]]),
+                                     full_val=full_val[fraction], seconds=share)
 
 
 def _check_rows(rows, n: int, name: str) -> np.ndarray:

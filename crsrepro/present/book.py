@@ -108,7 +108,8 @@ def execution_inputs(name: str, *, profile: str, book_root: Path = Path("."), pa
 
     The notebook's bytes and its parameters; the fingerprint and the results digest of ``profile`` and of
     every profile a ``*_profile`` parameter names (chapter 05's coverage run); every file in the manifest
-    folder (split manifests, frozen frames, the claims ledger); every file of the package; the Python and
+    folder (split manifests, frozen frames, the claims ledger); every file of ``book/examples/`` (the stand-in
+    encoder chapter 10 scores); every file of the package; the Python and
     package versions. :func:`~crsrepro.core.io.content_key` of this dict is the key a build compares.
     """
     parameters = dict(parameters or {})
@@ -119,6 +120,7 @@ def execution_inputs(name: str, *, profile: str, book_root: Path = Path("."), pa
         "parameters": parameters,
         "profiles": {p: _profile_inputs(p) for p in profiles},
         "manifests": folder_digest(manifest_dir()),
+        "examples": folder_digest(book_root / "book" / "examples"),  # the files a chapter scores (chapter 10's encoder)
         "package": package_digest(),
         "versions": {"python": sys.version.split()[0], **package_versions()},
     }
@@ -213,10 +215,22 @@ def _coverage_section(book_root: Path) -> str:
             f"| seeds x test cases | {values.get('coverage_two_level', '-')} |\n\n")
 
 
+def _convergence_section(book_root: Path) -> str:
+    """The status page's unconverged share of linear-probe fits, as chapter 01 measured it (empty when it did not)."""
+    values = glued_values(Path(book_root) / GENERATED / "01_discrimination.ipynb",
+                          ("probe_fits", "probe_unconverged", "probe_unconverged_share", "probe_unconverged_by_encoder"))
+    if "probe_fits" not in values:
+        return ""
+    return ("## Linear-probe convergence\n\n"
+            f"{values['probe_unconverged']} of {values['probe_fits']} linear-probe fits "
+            f"({values['probe_unconverged_share']}) stopped before their optimiser converged. Per encoder: "
+            f"{values.get('probe_unconverged_by_encoder', '-')}.\n\n")
+
+
 def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterRun]) -> Path:
     """Write ``book/_generated/status.md``: per chapter its execution time, profile and whether this build
     executed it, the coverage of a 5-seed bootstrap interval as chapter 05 measured it (both bootstraps),
-    then the commit and the versions of the packages that produced the numbers (DESIGN.md section 12)."""
+    the unconverged share of linear-probe fits as chapter 01 measured it, then the commit and the versions of the packages that produced the numbers (DESIGN.md section 12)."""
     chapters = "\n".join(f"| {name} | `{profile}` | {run.seconds:.1f} | "
                          f"{'reused (inputs unchanged)' if run.reused else 'executed'} |" for name, run in timings.items())
     versions = "\n".join(f"| {name} | {v} |" for name, v in
@@ -231,6 +245,7 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterR
         f"{chapters}\n| **total** | | {sum(r.seconds for r in timings.values()):.1f} | "
         f"{sum(not r.reused for r in timings.values())} executed |\n\n"
         f"{_coverage_section(book_root)}"
+        f"{_convergence_section(book_root)}"
         "## Software\n\n"
         f"Git commit: `{git_hash(book_root)}`\n\n"
         "| package | version |\n|---|---|\n"

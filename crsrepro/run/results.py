@@ -22,10 +22,14 @@ probe          ``linear`` (primary), ``mlp`` or ``knn`` (controls)
 layer          ``final`` or ``depth25`` / ``depth50`` / ``depth75``
 regime         ``frozen`` (LoRA rows use ``lora``)
 recalibrator   ``none``, ``temperature``, ``vector``, ``isotonic`` or ``dirichlet``
-metric         ``auroc``, ``ece``, ``classwise_ece``, ``skipped_labels``, ``n_test``
+metric         ``auroc``, ``ece``, ``classwise_ece``, ``skipped_labels``, ``n_test``; ``auroc_full_val`` (the clean
+               rows of a smaller fraction: C chosen on the whole val split), ``val_cv_ece``
 value          the metric's value (float)
 probe_C        the C chosen on the val split (NaN for probes without C)
 converged      whether the probe's optimiser converged
+c_rule         how C was chosen: ``val`` (on the val cases) or ``cv`` (cross-validation inside the labelled
+               subset, below ``crsrepro.fit.linear.MIN_VAL_CASES``); empty for probes without C
+c_tie          whether several C shared the best AUROC, so that the log-loss decided
 hit_time_cap   whether the fit hit the profile's compute-time cap
 fit_seconds    wall time of the probe fit (shared by the fractions fitted together)
 rowset         the key of the row-set the row came from (and of its per-case probabilities)
@@ -63,8 +67,9 @@ log = logging.getLogger(__name__)
 
 #: Bump when the meaning of a row-set changes (metrics, probe protocol, its per-case arrays): old
 #: row-sets are then ignored.
-CACHE_VERSION = 4  # 2: per-seed train/val splits, keys derived from the feature keys they read; 3: cases;
-#                    4: float64 cases, and the smaller fractions' clean test probabilities
+CACHE_VERSION = 5  # 2: per-seed train/val splits, keys derived from the feature keys they read; 3: cases;
+#                    4: float64 cases, and the smaller fractions' clean test probabilities;
+#                    5: c_rule and c_tie, and auroc_full_val on the smaller fractions' clean rows
 
 CASES_LAYOUT = """The per-case arrays of a full-label linear probe's row-set (``<output_dir>/cases/<rowset>.npz``):
 

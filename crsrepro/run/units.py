@@ -36,6 +36,9 @@ from crsrepro.run.views import DatasetView, Transfer, conditions_for
 
 log = logging.getLogger(__name__)
 
+#: The metric of a smaller label fraction's clean row whose C was chosen on the whole val split
+#: instead of the fraction's val subset (the multiverse's C-budget level ``full_val``).
+FULL_VAL_AUROC = "auroc_full_val"
 VAL_CV_FOLDS = 5  # [ours] folds of the cross-validated ECE inside the val split (crsrepro.fit.calibration)
 
 
@@ -289,6 +292,7 @@ class Unit:
         base = dict(encoder=self.spec.id, family=self.spec.family, dataset=self.view.name, seed=self.seed,
                     label_fraction=float(fraction), probe=self.probe, layer=FINAL, regime=FROZEN,
                     probe_C=float(getattr(probe, "C_", np.nan)), converged=bool(getattr(probe, "converged_", True)),
+                    c_rule=str(getattr(probe, "c_rule_", "")), c_tie=bool(getattr(probe, "c_tie_", False)),
                     hit_time_cap=bool(getattr(probe, "hit_time_cap_", False)),
                     fit_seconds=float(getattr(probe, "fit_seconds_", np.nan)))
         test_probs = {c: probe.predict_proba(self._test_features(feats, c)) for c in self.conditions}
@@ -298,6 +302,12 @@ class Unit:
                           score_probabilities(self.view.task, self._labels(condition), self._probs(probs, condition)))
         if self.probe == LINEAR and fraction < 1.0 and recalibrate:
             cases[fraction_case_key(fraction)] = test_probs[CLEAN]
+            if getattr(probe, "full_val_", None) is not None:  # the multiverse's C-budget level, full_val
+                from crsrepro.core.metrics import macro_auroc
+
+                full_val = probe.full_val_probe().predict_proba(self._test_features(feats, CLEAN))
+                rows += _rows({**base, "condition": CLEAN, "recalibrator": NO_RECALIBRATION},
+                              {FULL_VAL_AUROC: macro_auroc(self._labels(CLEAN), full_val, task=self.view.task)})
         if self.probe == LINEAR and fraction == 1.0:
             val_probs = probe.predict_proba(feats["pool"][self.val_rows])
             cases.update({case_key("probs", c, NO_RECALIBRATION): self._probs(p, c) for c, p in test_probs.items()})
@@ -373,6 +383,6 @@ def case_arrays(view: DatasetView, cases: dict) -> dict[str, np.ndarray]:
     return {**out, **cases}
 
 
-__all__ = ["FeatureRequest", "Unit", "VAL_CV_FOLDS", "cached_features", "canonical_size", "case_arrays",
+__all__ = ["FULL_VAL_AUROC", "FeatureRequest", "Unit", "VAL_CV_FOLDS", "cached_features", "canonical_size", "case_arrays",
            "clear_encoder_cache", "degraded_image_cache", "encoder", "extract", "feature_requests",
            "labels_key", "layer_feature_keys", "probe_threads", "score_probabilities"]

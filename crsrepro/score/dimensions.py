@@ -55,7 +55,8 @@ def select_runs(runs: pd.DataFrame, **keys) -> pd.DataFrame:
 
 
 def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, robustness=robustness_raw,
-                         ece_metric: str = "ece", probe: str = LINEAR, layer: str | None = FINAL,
+                         retention=label_efficiency_retention, ece_metric: str = "ece", probe: str = LINEAR,
+                         layer: str | None = FINAL,
                          regime: str | None = FROZEN) -> pd.DataFrame:
     """The per-seed reliability profile of every cell, from the primary runs (DESIGN.md section 8).
 
@@ -75,6 +76,9 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
         check removes it).
     robustness : callable, default :func:`crsrepro.core.metrics.robustness_raw`
         The aggregate of a cell's AUROC drops (the sensitivity chapter's alternatives, :mod:`crsrepro.analyse.sensitivity`).
+    retention : callable, default :func:`crsrepro.core.metrics.label_efficiency_retention`
+        Retention from ``{label fraction: clean AUROC}`` (the sensitivity chapter's alternative:
+        :func:`crsrepro.core.metrics.chance_corrected_retention`).
     ece_metric : str, default "ece"
         The runs-table column read as the calibration dimension (``classwise_ece`` for the alternative).
     probe : str, default "linear"
@@ -121,7 +125,7 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
             raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
         drops = full.loc[CLEAN, "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
         row = at | {"auroc": full.loc[CLEAN, "auroc"], "ece": full.loc[CLEAN, ece_metric],
-                    "retention": label_efficiency_retention(clean["auroc"].astype(float).to_dict()),
+                    "retention": retention(clean["auroc"].astype(float).to_dict()),
                     "robustness": robustness(drops)}
         if "family" in cell.columns:
             row["family"] = cell["family"].iloc[0]

@@ -47,10 +47,19 @@ def setup(analysis) -> dict[str, str]:
 
 
 def discrimination(analysis) -> dict[str, str]:
-    """Chapter 01: the worked AUROC and the AUROC ranking's ends."""
+    """Chapter 01: the worked AUROC, the AUROC ranking's ends, and the linear-probe fits that did not
+    converge (:func:`crsrepro.analyse.probe_health.convergence_table`; the status page repeats them)."""
+    from crsrepro.analyse.probe_health import convergence_table
+
     by_auroc = analysis.aggregate.sort_values("rank_auroc")
     toy = teaching.toy_auroc()
-    return {"toy_auroc": _f(toy.attrs["auroc"], 2), "toy_pairs_won": _f(int(toy["ranked above"].sum())),
+    table = convergence_table(analysis.results)
+    fits, per_encoder = table.loc["all"], table.drop(index="all")
+    return {"probe_fits": _f(int(fits["fits"])), "probe_unconverged": _f(int(fits["unconverged"])),
+            "probe_unconverged_share": f"{100 * fits['unconverged_share']:.1f} %",
+            "probe_unconverged_by_encoder": "; ".join(f"{short_name(e)} {100 * r['unconverged_share']:.1f} %"
+                                                     for e, r in per_encoder.iterrows()),
+            "toy_auroc": _f(toy.attrs["auroc"], 2), "toy_pairs_won": _f(int(toy["ranked above"].sum())),
             "auroc_leader": short_name(by_auroc.index[0]), "auroc_leader_value": _f(by_auroc["auroc"].iloc[0]),
             "auroc_last": short_name(by_auroc.index[-1]), "auroc_last_value": _f(by_auroc["auroc"].iloc[-1]),
             "auroc_spread": _f(by_auroc["auroc"].iloc[0] - by_auroc["auroc"].iloc[-1])}
@@ -212,11 +221,13 @@ def _probes(conclusions: pd.DataFrame) -> dict[str, str]:
 
 
 def sensitivity(analysis) -> dict[str, str]:
-    """Chapter 05b: the sentence naming the [ours] choice that matters most over the multiverse
-    (:func:`crsrepro.analyse.sensitivity.matters_most` of :attr:`RunAnalysis.multiverse`)."""
-    from crsrepro.analyse.sensitivity import choice_effects, matters_most
+    """Chapter 05b: the sentences naming the [ours] choice that matters most over the multiverse and the
+    levels that never move any conclusion (:func:`crsrepro.analyse.sensitivity.matters_most` and
+    :func:`crsrepro.analyse.sensitivity.inert_sentence` of :attr:`RunAnalysis.multiverse`)."""
+    from crsrepro.analyse.sensitivity import choice_effects, inert_sentence, matters_most
 
-    return {"sensitivity_matters_most": matters_most(choice_effects(analysis.multiverse))}
+    return {"sensitivity_matters_most": matters_most(choice_effects(analysis.multiverse)),
+            "sensitivity_inert": inert_sentence(analysis.multiverse)}
 
 
 def layer_depth(analysis) -> dict[str, str]:
@@ -285,3 +296,20 @@ def claims_page(analysis) -> dict[str, str]:
     counts = page["status"].value_counts()
     return {"n_claims": _f(len(page)),
             **{f"n_{s.replace(' ', '_')}": _f(int(counts.get(s, 0))) for s in claims.STATUSES}}
+
+
+def score_your_encoder(analysis, score=None) -> dict[str, str]:
+    """Chapter 10: the book's profile and the size of its frozen panel; given ``score`` (the worked example's
+    :class:`crsrepro.analyse.new_encoder.NewcomerScore`), instead the example's aggregate CRS, its two-level
+    interval, its rank and P(rank 1), the members it dominates everywhere, and the frame's hash and the
+    package version it cites (other names, so that the chapter glues each once)."""
+    if score is None:
+        return {"newcomer_profile": analysis.profile.name, "newcomer_n_panel": _f(len(analysis.profile.encoders))}
+    a = score.aggregate
+    return {"newcomer_id": score.encoder, "newcomer_crs": _f(a["crs"]), "newcomer_ci_low": _f(a["ci_low"]),
+            "newcomer_ci_high": _f(a["ci_high"]), "newcomer_level": _pct(a["level"]),
+            "newcomer_n_resamples": _f(int(a["n_resamples"])), "newcomer_rank": _f(int(a["rank"])),
+            "newcomer_n_ranked": _f(int(a["n_published"]) + 1), "newcomer_p_rank1": _f(a["p_rank1"], 2),
+            "newcomer_n_datasets": _f(len(score.cells)),
+            "newcomer_dominates": a["dominates_everywhere"] or "no panel member",
+            "newcomer_frame_hash": score.frame_hash[:16], "newcomer_version": score.version}
