@@ -8,7 +8,9 @@
   may name it as a claim's ``notebook`` and the chapter closes with a "paper vs this run" box
   (:func:`paper_vs_run`). The sensitivity chapter and the deployment page measure none (they are beyond
   the paper) and the claims page shows them all. The deployment page quotes chapter 02's recalibration
-  numbers (the first finding it builds on), so its numbers function is chapter 02's.
+  numbers (the first finding it builds on), so its numbers function is chapter 02's. The "score your own
+  encoder" page (chapter 10), a worked example of ``crsrepro score``, measures none either; its numbers
+  function also formats the example's score (:func:`crsrepro.present.report.numbers.score_your_encoder`).
 
 What the claims page measures is not listed per chapter: every chapter's box reads the same page
 (:func:`crsrepro.present.claims.run_claims`), which measures everything at once
@@ -51,6 +53,7 @@ CHAPTERS = {chapter.name: chapter for chapter in (
     Chapter("07_lora", numbers.lora),
     Chapter("08_claims", numbers.claims_page, claims=False),
     Chapter("09_deployment", numbers.calibration, claims=False),
+    Chapter("10_score_your_encoder", numbers.score_your_encoder, claims=False),
 )}
 """Every chapter of the book, by notebook name, in book order."""
 
