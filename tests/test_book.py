@@ -55,7 +55,7 @@ def test_book_builds_on_smoke(smoke_book):
                             env={**os.environ, "CRSREPRO_HOME": str(smoke_book.home),
                                  "CRSREPRO_MANIFESTS": str(smoke_book.checkout / "data_manifests")}, timeout=600)
     assert scored.returncode == 0, scored.stderr[-3000:]
-    assert "demo.texture" in scored.stdout and "aggregate_crs" in scored.stdout and "rank" in scored.stdout
+    assert "demo.texture" in scored.stdout and "aggregate CRS" in scored.stdout and "rank" in scored.stdout
     assert frame.read_bytes() == before
 
 

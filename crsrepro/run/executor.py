@@ -11,7 +11,7 @@ its cell's extraction task) and returns nothing the next task needs: it reads th
 Executors
 ---------
 ``serial``
-    Every task in this process, in the plan's order, with this process's threads: the reference.
+    Every task in this process, in the plan's order, with one thread as on a worker: the reference.
 ``local`` (``crsrepro run``'s default)
     A :class:`concurrent.futures.ProcessPoolExecutor` of ``workers`` processes (default: the CPU
     cores), each with one torch / BLAS thread [ours: one single-threaded task per core beats threads
@@ -108,10 +108,22 @@ def _call(func: Callable, args: tuple, *_after) -> object:
 
 
 def _serial(tasks: list[Task], progress: bool, description: str) -> None:
+    """Every task in this process with one torch and one BLAS/OpenMP thread, as on a worker, then the
+    process's own counts back: a task's numbers must not depend on the executor, and a multi-threaded
+    product rounds differently (a cross-validated C choice or a long solve can turn that last bit into
+    another C)."""
+    import torch
+    from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
-    for task in tqdm(tasks, desc=description, unit="task", disable=not progress):
-        task.func(*task.args)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            for task in tqdm(tasks, desc=description, unit="task", disable=not progress):
+                task.func(*task.args)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _local(tasks: list[Task], workers: int) -> None:
