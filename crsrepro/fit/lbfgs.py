@@ -188,13 +188,13 @@ class _LogisticObjective:
         return f, grad.reshape(p, -1)
 
 
-def _prior_intercepts(y_t, masks, observed, *, link, n_classes, n_cols):
+def _prior_intercepts(y_t, masks, *, link, n_classes):
     """The intercepts of a model with zero weights at its optimum, the log-odds of each problem's class
-    frequencies (smoothed by half a case): the start of every problem, near the optimum of a strongly
-    regularised one. Shape (F, n_cols * M)."""
-    masks = masks.to(y_t.dtype if link == "sigmoid" else torch.float64)
+    frequencies (smoothed by half a case) over its observed labels: the start of every problem, near the
+    optimum of a strongly regularised one. Shape (F, n_cols * M)."""
+    masks = masks.to(torch.float64)
     if link == "sigmoid":
-        weight = masks[:, :, None] * observed[None]                             # (F, N, cols)
+        weight = masks[:, :, None] * (~torch.isnan(y_t)).to(torch.float64)[None]  # (F, N, cols)
         p = ((weight * torch.nan_to_num(y_t)[None]).sum(1) + 0.5) / (weight.sum(1) + 1.0)
         return torch.log(p / (1 - p))
     counts = masks @ torch.nn.functional.one_hot(y_t, n_classes).to(masks.dtype) + 0.5   # (F, K)
@@ -235,9 +235,7 @@ def solve_torch_masked(Z, targets, row_masks, *, link, n_classes, c_grid, max_it
                                  device=device).reshape(n_masks * n_c * n_cols, n_out * (dim + 1))
     else:
         theta0 = Z_t.new_zeros(n_masks, n_c, n_cols, n_out, dim + 1)
-        observed = (~torch.isnan(y_t)).to(torch.float64) if link == "sigmoid" else None
-        theta0[..., dim] = _prior_intercepts(y_t, masks, observed, link=link, n_classes=n_classes,
-                                             n_cols=n_cols).view(n_masks, 1, n_cols, n_out)
+        theta0[..., dim] = _prior_intercepts(y_t, masks, link=link, n_classes=n_classes).view(n_masks, 1, n_cols, n_out)
         theta0 = theta0.view(n_masks * n_c * n_cols, -1)
     theta, n_iter, converged, hit_cap = batched_lbfgs(objective, theta0, max_iter=max_iter, tol=tol,
                                                        time_cap_s=time_cap_s)
