@@ -15,7 +15,11 @@ decaying spectrum, non-negative and offset like pooled CNN/ViT embeddings, so il
    in one run: the torch backend's two solves (one batched L-BFGS per fraction, and the masked solve
    of every fraction at once) and scikit-learn (every fit, not extrapolated), with the chosen C per
    fraction and the largest probability difference to the per-fraction solve.
-3. The demo profile's probe stage: every (dataset, embedding size) of the demo panel is timed once
+3. ``--cv``: the cross-validated C choice of a small label fraction (MIN_VAL_CASES), side by side in
+   one run: the folds solved one by one (the former code, ``LinearProbe._fold_by_fold``) and as one
+   masked batched L-BFGS (``LinearProbe._solve_folds``), on APTOS-like (5 classes) and CheXpert-like
+   (14 labels) labelled subsets of demo size, with the chosen C and the largest probability difference.
+4. The demo profile's probe stage: every (dataset, embedding size) of the demo panel is timed once
    per seed-cell (all label fractions) with the torch backend, and scikit-learn is timed on one
    (label, C) fit per cell and extrapolated by iterations; both are scaled to the whole grid.
 
@@ -26,6 +30,7 @@ Usage::
     python benchmarks/probes.py --device cuda   # the torch backend on a GPU
     python benchmarks/probes.py --threads 1     # on a machine shared with other jobs
     python benchmarks/probes.py --demo-cell --threads 1 --skip-paper-scale --skip-demo
+    python benchmarks/probes.py --cv --threads 1 --skip-paper-scale --skip-demo
 """
 
 from __future__ import annotations
@@ -205,6 +210,37 @@ def demo_cell(*, dims, device, max_iter, rng, sklearn=True):
                   f"{sum(probes[f].converged_ for f in fractions)}/{len(fractions)})")
 
 
+class FoldByFold(LinearProbe):
+    """The probe with its cross-validation folds solved one by one (the code before the masked solve)."""
+
+    def _solve_folds(self, Z, targets, masks, grid, init):
+        return self._fold_by_fold(Z, targets, masks, grid, init)
+
+
+def cv_choice(*, device, max_iter, rng, repeats=20):
+    """Fold-by-fold vs one masked solve of the cross-validated C choice, on demo-sized labelled subsets."""
+    cases = {"aptos2019-like, 10 % labels": (70, 7, 256, "multiclass", 5),
+             "chexpert-like, 5 % labels": (60, 6, 256, "multilabel", 14)}
+    print(f"\n== cross-validated C choice ({repeats} subsets per case, max_iter {max_iter})")
+    for name, (n_train, n_val, dim, task, n_out) in cases.items():
+        seconds = {"fold by fold": 0.0, "masked": 0.0}
+        same_c, diff = 0, 0.0
+        for _ in range(repeats):
+            X, y = real_like_features(n_train + n_val, dim, n_out, task, rng)
+            fitted = {}
+            for label, kind in (("fold by fold", FoldByFold), ("masked", LinearProbe)):
+                start = time.perf_counter()
+                fitted[label] = kind(task=task, backend="torch", device=device, max_iter=max_iter).fit(
+                    X[:n_train], y[:n_train], X_val=X[n_train:], y_val=y[n_train:])
+                seconds[label] += time.perf_counter() - start
+            a, b = fitted["fold by fold"], fitted["masked"]
+            same_c += a.C_ == b.C_ and a.c_rule_ == b.c_rule_ == "cv"
+            diff = max(diff, float(np.abs(a.predict_proba(X) - b.predict_proba(X)).max()))
+        print(f"{name:28} fold by fold {seconds['fold by fold']:6.2f} s, masked {seconds['masked']:6.2f} s "
+              f"(x{seconds['fold by fold'] / seconds['masked']:.1f}); same C by cv in {same_c}/{repeats}; "
+              f"max |p_masked - p_fold_by_fold| = {diff:.1e}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=0.25,
@@ -219,6 +255,8 @@ def main(argv=None):
     parser.add_argument("--demo-cell-dims", type=int, nargs="+", default=[128, 1280],
                         help="embedding sizes of the demo cell-seed (the demo panel has 48..1280)")
     parser.add_argument("--demo-cell-max-iter", type=int, default=100, help="the demo profile's L-BFGS budget")
+    parser.add_argument("--cv", action="store_true",
+                        help="also time the cross-validated C choice: folds one by one vs one masked solve")
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch and BLAS (default: the libraries' own); 1 is much faster "
                              "when other jobs share the cores")
@@ -236,6 +274,8 @@ def main(argv=None):
             paper_scale(name, scale=args.scale, device=args.device, max_iter=args.max_iter, rng=rng)
     if args.demo_cell:
         demo_cell(dims=args.demo_cell_dims, device=args.device, max_iter=args.demo_cell_max_iter, rng=rng)
+    if args.cv:
+        cv_choice(device=args.device, max_iter=args.demo_cell_max_iter, rng=rng)
     if not args.skip_demo:
         demo_grid(args.profile, device=args.device, rng=rng)
     print(f"\nbenchmark wall time: {time.perf_counter() - start:.0f} s")

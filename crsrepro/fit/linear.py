@@ -408,15 +408,35 @@ class LinearProbe(StandardizedProbe):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # a class rarer than the folds: some folds lack it
             folds = list(splitter.split(Z, y if self.task == "multiclass" else None))
-        for fit_rows, held_out in folds:
-            coef, intercept = self._solve(Z[fit_rows], self._targets(y[fit_rows]), grid, init=init)[:2]
+        masks = np.zeros((len(folds), len(y)), dtype=bool)
+        for f, (fit_rows, _) in enumerate(folds):
+            masks[f, fit_rows] = True
+        coef, intercept = self._solve_folds(Z, self._targets(y), masks, grid, init)
+        for f, (_, held_out) in enumerate(folds):
             for c in fitted:
-                p = _linear_probabilities(Z[held_out], coef[c], intercept[c], link=self._link,
+                p = _linear_probabilities(Z[held_out], coef[f, c], intercept[f, c], link=self._link,
                                           binary_multiclass=self._binary)
                 if out_of_fold[c] is None:
                     out_of_fold[c] = np.empty((len(y), p.shape[1]))
                 out_of_fold[c][held_out] = p
         return y, out_of_fold
+
+    def _solve_folds(self, Z, targets, masks, grid, init):
+        """(coef (F, nC, M, D), intercept (F, nC, M)) of every (fold, C) problem, each fold fitted on the
+        rows of its mask and started from ``init``. The torch backend solves all folds as one masked
+        batched L-BFGS (:func:`~crsrepro.fit.lbfgs.solve_torch_masked`: one solver loop instead of one per
+        fold, ``benchmarks/probes.py --cv``); scikit-learn fits fold by fold."""
+        if self.backend == "torch":
+            fold_init = tuple(np.repeat(part[None], len(masks), axis=0) for part in init)
+            return solve_torch_masked(Z, targets, masks, link=self._link, n_classes=self.n_classes_, c_grid=grid,
+                                      max_iter=self.max_iter, tol=self.tol, time_cap_s=self.time_cap_s,
+                                      device=self.device, init=fold_init)[:2]
+        return self._fold_by_fold(Z, targets, masks, grid, init)
+
+    def _fold_by_fold(self, Z, targets, masks, grid, init):
+        """:meth:`_solve_folds` with one solve per fold (any backend)."""
+        solved = [self._solve(Z[rows], targets[rows], grid, init=init)[:2] for rows in masks]
+        return np.stack([s[0] for s in solved]), np.stack([s[1] for s in solved])
 
     def full_val_probe(self) -> "LinearProbe":
         """A copy of this probe with the model chosen on the whole validation split (``full_val_``)."""
