@@ -364,7 +364,24 @@ class RunAnalysis:
     # ------------------------------------------------------------------ the sensitivity chapter
     @cached_property
     def multiverse(self) -> pd.DataFrame:
-        """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.analyse.sensitivity.multiverse`)."""
-        from crsrepro.analyse.sensitivity import multiverse
+        """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.analyse.sensitivity.multiverse`).
 
-        return multiverse(self, rng=self.rng)
+        It is the book's costliest analysis (about a minute on the demo) and two pages read it (chapter 05b
+        and the claims page, each in its own kernel), so it is computed once and kept on disk under
+        ``<output_dir>/analysis/``, keyed by everything it reads: the results' hash, the frame, the
+        sensitivity space, the seed and the code's commit (:func:`crsrepro.core.io.git_hash`).
+        """
+        import pickle
+
+        from crsrepro.analyse.sensitivity import SPACE_PATH, multiverse
+        from crsrepro.core.io import atomic_write, content_key, git_hash, sha256_file
+
+        key = content_key(results=self.results_hash, frame=self.frame.to_dict(), rng=self.rng, code=git_hash(),
+                          space=sha256_file(SPACE_PATH))
+        path = self.profile.output_path / "analysis" / f"multiverse-{key[:16]}.pkl"
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        table = multiverse(self, rng=self.rng)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, pickle.dumps(table))
+        return table
