@@ -53,6 +53,7 @@ def test_probe_tasks_follow_their_extraction_task_and_gpu_tasks_hold_the_gpu(mic
     _, tasks = grid.GridStage().plan(profile, store)
     extract, probe = tasks
     assert probe.after == extract.key and probe.args[0].key == victim and not extract.gpu and not probe.gpu
+    assert (extract.stage, probe.stage) == ("grid extraction", "probe fits")  # two headers, two bars (issue 29.1)
     on_gpu = load_profile(micro_world.profile_path, overrides={"features": {"device": "cuda"}})
     _, tasks = grid.GridStage().plan(on_gpu, store)
     assert [t.gpu for t in tasks] == [True, False]  # only extraction holds the GPU
@@ -79,6 +80,39 @@ def test_a_warning_logged_in_a_worker_task_is_shown_once_by_the_parent(name, cap
     shown = [r for r in caplog.records if r.name == "crsrepro.tasktest"]
     assert [(r.levelname, r.getMessage()) for r in shown] == [("WARNING", "a warning from a task")]
     assert shown[0].process != os.getpid()  # it was logged in a worker
+
+
+BURN = 2_000_000  # sum(range(BURN)): a task that spends CPU in its worker
+
+
+@pytest.mark.parametrize("name", ["local", "dask"])
+def test_a_pool_shows_each_stage_s_progress_and_brings_its_workers_cpu_back(name):
+    """Issue 29.1: a pool's tasks are counted on their stage's bar as they end, and the CPU a task spent
+    in its worker is the stage's CPU (this process only waits)."""
+    import io
+    import time as clock
+
+    from crsrepro.run.progress import Progress
+
+    if name == "dask":
+        pytest.importorskip("distributed")
+    start = clock.process_time()
+    sum(range(BURN))
+    one_task = clock.process_time() - start
+    tasks = [executor.Task(f"burn-{i}", sum, (range(BURN),), stage="grid extraction") for i in range(3)]
+    tasks += [executor.Task(f"fit-{i}", sum, (range(BURN),), after=f"burn-{i % 3}", stage="probe fits")
+              for i in range(6)]
+    stream = io.StringIO()
+    progress = Progress(stream=stream, tty=False)
+    executor.execute(tasks, executor=name, workers=2, progress=progress, about="toy")
+    lines = stream.getvalue().splitlines()
+    assert lines[:2] == ["== grid extraction (toy): 3 tasks ==", "== probe fits (toy): 6 tasks =="]
+    assert any(line.startswith("[grid extraction (toy)] 3/3 (100 %), ") for line in lines)
+    assert [line for line in lines if line.startswith("[probe fits (toy)] ")][-1].startswith("[probe fits (toy)] 6/6 (100 %)")
+    times = {t.stage: t for t in progress.times}
+    assert (times["grid extraction (toy)"].tasks, times["probe fits (toy)"].tasks) == (3, 6)
+    assert times["probe fits (toy)"].cpu > 6 * one_task / 2  # counted in the workers, not in this process
+    assert 0 < times["probe fits (toy)"].wall
 
 
 PARENT = """

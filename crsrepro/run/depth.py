@@ -214,7 +214,8 @@ class DepthStage:
             if todo:
                 tasks.append(Task(f"depth:{encoder_id}:{dataset}", _pair_task,
                                   (_PairTask(profile, encoder_id, dataset, self.manifest_dir, prepared.images_key,
-                                             tuple(todo), store.root, progress),), gpu=holds_gpu(profile)))
+                                             tuple(todo), store.root, progress),), gpu=holds_gpu(profile),
+                                  stage="depth"))
         return keys, tasks
 
     def attrs(self, profile: Profile) -> dict:

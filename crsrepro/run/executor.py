@@ -28,6 +28,10 @@ Executors
 
 Every worker must see the same data root, feature cache and output folder (a shared filesystem).
 A failed task stops the run with its error; what finished is kept, and the next run resumes.
+
+Progress (issue 29.1): every executor counts each finished task on its stage's :class:`~crsrepro.run.progress.Bar`
+(a header, then a bar or plain lines, :mod:`crsrepro.run.progress`); each task runs under
+:func:`~crsrepro.run.progress.timed` where it runs, so its wall interval and CPU seconds come back with it.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ import logging
 import os
 import signal
 import sys
+from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Callable
 
 from crsrepro.core.errors import CrsreproError
-
-log = logging.getLogger(__name__)
+from crsrepro.run.progress import Progress, Spent, as_progress, timed
 
 EXECUTORS = ("serial", "local", "dask")
 DEFAULT_EXECUTOR = "local"
@@ -50,13 +55,15 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>: the signal a process gets when its pare
 
 @dataclass(frozen=True)
 class Task:
-    """One keyed task: ``func(*args)``, after the task named ``after``; ``gpu``: it holds a GPU."""
+    """One keyed task: ``func(*args)``, after the task named ``after``; ``gpu``: it holds a GPU; ``stage``:
+    the stage whose bar and time it counts in (``grid extraction``, ``probe fits``, ``depth``, ``LoRA``)."""
 
     key: str
     func: Callable
     args: tuple
     after: str | None = None
     gpu: bool = False
+    stage: str = "tasks"
 
 
 def default_workers() -> int:
@@ -65,8 +72,12 @@ def default_workers() -> int:
 
 
 def execute(tasks: list[Task], *, executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-            scheduler: str | None = None, progress: bool = False, description: str = "tasks") -> None:
+            scheduler: str | None = None, progress: bool | Progress = False, about: str = "") -> None:
     """Run ``tasks`` (each after the one it depends on) with ``executor``; raise the first task's error.
+
+    Each task stage among ``tasks`` gets a header and a bar, named ``<stage> (<about>)``, e.g.
+    ``probe fits (demo)``, on ``progress`` (:func:`~crsrepro.run.progress.as_progress`: ``False`` shows
+    nothing), which records each stage's time once its last task is done.
 
     Raises
     ------
@@ -82,12 +93,21 @@ def execute(tasks: list[Task], *, executor: str = DEFAULT_EXECUTOR, workers: int
     if not tasks:
         return
     workers = workers or default_workers()
-    if executor == "serial":
-        _serial(tasks, progress, description)
-    elif executor == "local":
-        _local(tasks, workers)
-    else:
-        _dask(tasks, workers, scheduler)
+    progress = as_progress(progress)
+    stages = [f"{task.stage} ({about})" if about else task.stage for task in tasks]
+    with ExitStack() as bars:
+        bar = {name: bars.enter_context(progress.bar(name, count)) for name, count in Counter(stages).items()}
+        bar_of = {task.key: bar[name] for task, name in zip(tasks, stages)}
+
+        def finished(task: Task, spent: Spent) -> None:
+            bar_of[task.key].advance(spent)
+
+        if executor == "serial":
+            _serial(tasks, finished)
+        elif executor == "local":
+            _local(tasks, workers, finished)
+        else:
+            _dask(tasks, workers, scheduler, finished)
 
 
 def one_thread() -> None:
@@ -101,32 +121,32 @@ def one_thread() -> None:
     threadpool_limits(1)
 
 
-def _call(func: Callable, args: tuple, *_after) -> object:
-    """A task on a worker, with one thread (``_after``: the result of the task it waited for)."""
+def _call(func: Callable, args: tuple, *_after) -> tuple[object, Spent]:
+    """A task on a Dask worker, with one thread, :func:`~crsrepro.run.progress.timed` (``_after``: the
+    result of the task it waited for)."""
     one_thread()
-    return func(*args)
+    return timed(func, args)
 
 
-def _serial(tasks: list[Task], progress: bool, description: str) -> None:
+def _serial(tasks: list[Task], finished: Callable[[Task, Spent], None]) -> None:
     """Every task in this process with one torch and one BLAS/OpenMP thread, as on a worker, then the
     process's own counts back: a task's numbers must not depend on the executor, and a multi-threaded
     product rounds differently (a cross-validated C choice or a long solve can turn that last bit into
     another C)."""
     import torch
     from threadpoolctl import threadpool_limits
-    from tqdm import tqdm
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with threadpool_limits(limits=1):
-            for task in tqdm(tasks, desc=description, unit="task", disable=not progress):
-                task.func(*task.args)
+            for task in tasks:
+                finished(task, timed(task.func, task.args)[1])
     finally:
         torch.set_num_threads(threads)
 
 
-def _local(tasks: list[Task], workers: int) -> None:
+def _local(tasks: list[Task], workers: int, finished: Callable[[Task, Spent], None]) -> None:
     """A spawn-context process pool (a forked torch is not safe); each task is submitted when the task
     it depends on is done, and at most one GPU task runs at a time. The workers die with this process
     and log through it (:func:`_worker_init`)."""
@@ -151,13 +171,13 @@ def _local(tasks: list[Task], workers: int) -> None:
                             continue
                         gpu_busy = gpu_busy or task.gpu
                         waiting.remove(task)
-                        running[pool.submit(task.func, *task.args)] = task
-                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                    for future in finished:
+                        running[pool.submit(timed, task.func, task.args)] = task
+                    ended, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in ended:
                         task = running.pop(future)
-                        future.result()  # a task's error stops the run here
+                        _, spent = future.result()  # a task's error stops the run here
                         done.add(task.key)
-                        log.info("done: %s (%d of %d)", task.key, len(done), len(tasks))
+                        finished(task, spent)
             except BaseException:
                 pool.shutdown(wait=True, cancel_futures=True)  # what is running finishes and is kept
                 raise
@@ -201,11 +221,11 @@ class _ToThisProcess(logging.Handler):
             logger.handle(record)
 
 
-def _dask(tasks: list[Task], workers: int, scheduler: str | None) -> None:
-    """Dask distributed: submit every task with its dependency and ``GPU`` resource, gather them."""
+def _dask(tasks: list[Task], workers: int, scheduler: str | None, finished: Callable[[Task, Spent], None]) -> None:
+    """Dask distributed: submit every task with its dependency and ``GPU`` resource, count each as it ends."""
     try:
         import dask
-        from distributed import Client, LocalCluster
+        from distributed import Client, LocalCluster, as_completed
     except ImportError as exc:
         raise CrsreproError("--executor dask needs Dask distributed: pip install 'crsrepro[scale]'") from exc
 
@@ -229,7 +249,10 @@ def _dask(tasks: list[Task], workers: int, scheduler: str | None) -> None:
                 after = (futures[task.after],) if task.after else ()
                 futures[task.key] = client.submit(_call, task.func, task.args, *after, key=task.key, pure=False,
                                                   resources={"GPU": 1} if task.gpu else None)
-            client.gather(list(futures.values()))
+            by_key = {task.key: task for task in tasks}
+            for future in as_completed(list(futures.values())):
+                _, spent = future.result()  # a task's error stops the run here
+                finished(by_key[future.key], spent)
         finally:
             client.close()
             if cluster is not None:

@@ -198,11 +198,12 @@ class GridStage:
                 if not pending:
                     continue
                 extract_task = Task(f"extract-{encoder_id}-{dataset}-{feature_keys['pool'][CLEAN][:12]}", _extract_task,
-                                    (cell,), gpu=holds_gpu(profile))
+                                    (cell,), gpu=holds_gpu(profile), stage="grid extraction")
                 tasks.append(extract_task)
                 tasks += [Task(f"probe-{key[:16]}", _probe_task,
                                (_ProbeTask(cell, unit.seed, unit.probe, key, feature_keys, built.weights_hash,
-                                           store.root),), after=extract_task.key) for unit, key in pending]
+                                           store.root),), after=extract_task.key, stage="probe fits")
+                          for unit, key in pending]
         return [key for cell_ in all_cells for key in keys[cell_]], tasks
 
     def attrs(self, profile: Profile) -> dict:

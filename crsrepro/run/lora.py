@@ -601,7 +601,8 @@ class LoraStage:
             if todo:
                 tasks.append(Task(f"lora:{encoder_id}:{dataset}", _cell_task,
                                   (_CellTask(profile, encoder_id, dataset, self.manifest_dir, prepared.images_key, params,
-                                             tuple(todo), self._root(profile)),), gpu=holds_gpu(profile)))
+                                             tuple(todo), self._root(profile)),), gpu=holds_gpu(profile),
+                                  stage="LoRA"))
         return keys, tasks
 
     def attrs(self, profile: Profile) -> dict:

@@ -9,6 +9,8 @@ not done yet (a finished row-set is never recomputed: that is the resume). :func
 every stage it is given, executes each stage's tasks in turn on one executor (serial, a process pool or
 Dask, :mod:`crsrepro.run.executor`) and merges each stage's row-sets into its ``results.parquet``, holding
 the lock of the profile's output folder throughout (:func:`output_lock`: one run writes a folder at a time).
+Its progress (issue 29.1, :mod:`crsrepro.run.progress`): a header and a time for the demo world and the
+planning, then a header and a bar per task stage (grid extraction, probe fits, depth, LoRA).
 
 Producing and reading are apart: :func:`read_stage` reads a stage's merged table and never computes;
 a missing or stale table is an error that names the command producing it.
@@ -29,6 +31,7 @@ import pandas as pd
 from crsrepro.core.errors import CrsreproError
 from crsrepro.profiles import Profile
 from crsrepro.run.executor import DEFAULT_EXECUTOR, Task, execute
+from crsrepro.run.progress import Progress, as_progress
 from crsrepro.run.results import ResultStore, load_results, remove_temporaries
 
 log = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ def holds_gpu(profile: Profile) -> bool:
 
 
 def run_stages(profile: Profile, stages: list[Stage], *, executor: str = DEFAULT_EXECUTOR, workers: int | None = None,
-               scheduler: str | None = None, progress: bool = True) -> list[pd.DataFrame]:
+               scheduler: str | None = None, progress: bool | Progress = True) -> list[pd.DataFrame]:
     """Plan every stage, run each stage's tasks in turn on ``executor``, merge each stage's table.
 
     Every stage is planned before any task runs, so a stage that cannot be planned (an encoder without
@@ -83,30 +86,40 @@ def run_stages(profile: Profile, stages: list[Stage], *, executor: str = DEFAULT
         Worker processes of ``local`` and of a Dask LocalCluster (default: the CPU cores).
     scheduler : str, optional
         ``dask`` only: the address of a running Dask scheduler.
-    progress : bool
-        Progress bars (the serial executor's tasks show their own; pools log instead).
+    progress : bool or Progress
+        Where the headers, bars and stage times go (:func:`~crsrepro.run.progress.as_progress`: ``True``
+        stdout, ``False`` nothing; a command passes its own to print the stage table at its end). The
+        demo world's and the serial executor's tasks add their own inner bars on a terminal.
 
     Returns
     -------
     list of DataFrame
         Each stage's merged tidy table (:mod:`crsrepro.run.results`), in the order of ``stages``.
     """
+    from crsrepro.data.demo_world import ensure_demo_world
     from crsrepro.run.units import clear_encoder_cache
     from crsrepro.run.views import clear_view_cache
 
+    progress = as_progress(progress)
     with output_lock(profile.output_path), sharing_feature_cache(profile.feature_cache_path):
         clear_view_cache()
         clear_encoder_cache()
         stores = [stage.store(profile) for stage in stages]
         for root in dict.fromkeys(store.root for store in stores):
             remove_temporaries(root)
-        plans = [stage.plan(profile, store, progress=progress and executor == "serial")
-                 for stage, store in zip(stages, stores)]
+        if profile.data.source == "demo_world":  # written here, under its own header, not inside the planning
+            progress.call(f"demo world ({profile.name})", f"{sum(profile.demo_world.n_images.values())} images",
+                          lambda: ensure_demo_world(profile, progress=progress.bars))
+        inner = progress.bars and executor == "serial"
+        plans = progress.call(f"planning ({profile.name})", ", ".join(stage.name for stage in stages),
+                              lambda: [stage.plan(profile, store, progress=inner) for stage, store in zip(stages, stores)])
         for stage, (keys, tasks) in zip(stages, plans):
             log.info("%s of profile %s: %d row-sets, %d tasks to run (%s executor)", stage.name, profile.name,
                      len(keys), len(tasks), executor)
+            if not tasks:
+                progress.say(f"== {stage.name} ({profile.name}): all {len(keys)} row-sets done, nothing to run ==")
             execute(tasks, executor=executor, workers=workers, scheduler=scheduler, progress=progress,
-                    description=f"{stage.name} ({profile.name})")
+                    about=profile.name)
         return [store.merge(keys, attrs=stage.attrs(profile)) for stage, store, (keys, _) in zip(stages, stores, plans)]
 
 
