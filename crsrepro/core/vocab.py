@@ -26,6 +26,11 @@ U_POLICIES = ("ignore", "ones", "zeros")
 
 #: The paper's five perturbations, each at severities 1..3 (DESIGN.md section 6).
 PERTURBATIONS = ("gaussian_blur", "jpeg", "contrast", "rician_noise", "fov_crop")
+#: The modality-apt noise models beyond the paper (which applies MRI's Rician noise to every modality):
+#: Poisson-Gaussian photon and read noise for radiographs, signal-dependent sensor noise for photographs.
+#: A profile's ``noise_model`` selects one per dataset; they are reported beside Rician and kept out of
+#: the paper-faithful robustness and CRS (DESIGN.md section 6).
+EXTRA_PERTURBATIONS = ("poisson_gaussian", "sensor_noise")
 SEVERITIES = (1, 2, 3)
 CLEAN = "clean"
 

@@ -13,7 +13,8 @@ An entry is ``<cache_dir>/<key[:2]>/<key>.npy`` plus ``<key>.meta.json``. The ke
 everything that changes the bytes (:func:`feature_cache_inputs`): encoder id, weights hash, the spec's
 preprocessing and pooling, dataset, what the images are (the images key: the demo world's
 generator parameters or a real release's file sizes and mtimes, :mod:`crsrepro.data.content`), the
-hash of the image ids in order, canonical size, condition, layer and :data:`CACHE_VERSION` (bumped when
+hash of the image ids in order, canonical size, condition, layer, for a perturbed condition
+:data:`crsrepro.extract.perturb.PERTURBATION_VERSION`, and :data:`CACHE_VERSION` (bumped when
 this stage's semantics change; never the package version). The sidecar records those inputs with the versions of torch/timm/transformers/
 open_clip/crsrepro, the git hash, the shape and the time. Every file is written to a temporary name in
 the same folder and renamed (``os.replace``); the ``.meta.json`` is written last and marks the entry
@@ -92,13 +93,18 @@ def feature_cache_inputs(encoder: Encoder, *, dataset: str, images_key: str, ids
 
     ``images_key`` says what the images are (:func:`crsrepro.data.content.dataset_content_key`: the
     demo world's generator parameters, or a real release's file sizes and mtimes), ``ids_hash`` which
-    of them, in which order.
+    of them, in which order. A perturbed condition's array also depends on the perturbation code,
+    :data:`crsrepro.extract.perturb.PERTURBATION_VERSION`; a clean one does not, so a new perturbation
+    version leaves the clean features cached.
     """
+    from crsrepro.extract.perturb import PERTURBATION_VERSION
+
     spec = encoder.spec
-    return {"encoder": spec.id, "weights_hash": encoder.weights_hash, "preprocessing": spec.preprocessing,
-            "pooling": spec.pooling_at(layer), "feature_layer": spec.feature_layer, "dataset": dataset,
-            "images_key": images_key, "image_ids_hash": ids_hash, "canonical_size": canonical_size,
-            "condition": condition, "layer": layer, "cache_version": CACHE_VERSION}
+    inputs = {"encoder": spec.id, "weights_hash": encoder.weights_hash, "preprocessing": spec.preprocessing,
+              "pooling": spec.pooling_at(layer), "feature_layer": spec.feature_layer, "dataset": dataset,
+              "images_key": images_key, "image_ids_hash": ids_hash, "canonical_size": canonical_size,
+              "condition": condition, "layer": layer, "cache_version": CACHE_VERSION}
+    return inputs if condition == CLEAN else inputs | {"perturbation_version": PERTURBATION_VERSION}
 
 
 def _cache_inputs(encoder: Encoder, ids: list[str], *, dataset, images_key, conditions, layers,

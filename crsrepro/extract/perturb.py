@@ -1,22 +1,42 @@
 """Test-image perturbations: five types at three severities (DESIGN.md section 6).
 
 The paper degrades test images with Gaussian blur, JPEG compression, contrast reduction, Rician noise
-and a field-of-view crop (:data:`crsrepro.core.vocab.PERTURBATIONS`), each at three severities. Its parameters are not published; ours [ours] are
-set relative to a 512-pixel short side, and a parameter in pixels is scaled by ``short_side / 512``:
+and a field-of-view crop (:data:`crsrepro.core.vocab.PERTURBATIONS`), each at three severities. Its
+parameters are not published; ours [ours] are defined on the image's **own** size, the canonical size
+it is degraded at: a spatial parameter is a fraction of the image's short side, so a severity does the
+same relative damage to a 96-px demo image and to a 512-px one, and an intensity parameter is per pixel
+and free of the size (:func:`parameter_table` prints the table below from the constants):
 
-=============== ============================================== =========================
-perturbation    severity 1 / 2 / 3                             unit
-=============== ============================================== =========================
-gaussian_blur   sigma = 1, 2, 4 (pixel-integrated kernel)       px at a 512-px short side
-jpeg            quality = 50, 20, 5                             PIL JPEG quality
-contrast        x -> mean + k (x - mean), k = 0.7, 0.5, 0.3     per-channel image mean
-rician_noise    sigma = 0.02, 0.05, 0.10; y = sqrt((x+n1)^2+n2^2) of the [0, 1] range
-fov_crop        keep the central 90, 75, 60 % of each side      then resize back (bicubic)
-=============== ============================================== =========================
+=============== ================================================ ===============================
+perturbation    severity 1 / 2 / 3                               unit
+=============== ================================================ ===============================
+gaussian_blur   sigma = 1/224, 3/224, 6/224 (pixel-integrated)   fraction of the short side
+jpeg            quality = 50, 20, 5                              PIL JPEG quality
+contrast        x -> mean + k (x - mean), k = 0.7, 0.5, 0.3      per-channel image mean
+rician_noise    sigma = 0.02, 0.05, 0.1; y = sqrt((x+n1)^2+n2^2)  of the [0, 1] range
+fov_crop        keep the central 0.9, 0.75, 0.6 of each side     then resize back (bicubic)
+=============== ================================================ ===============================
+
+The blur is ImageNet-C's (Hendrycks and Dietterich 2019) Gaussian blur at its severities 1, 3 and 5,
+sigma = 1, 3 and 6 px at its 224-px images, as fractions of the short side: 0.43, 1.3 and 2.6 px at the
+demo's 96 px, 2.3, 6.9 and 13.7 px at 512 px. (Version 1 scaled sigma = 1, 2, 4 px from a 512-px short
+side, 0.75 px at severity 3 on a 96-px image: the demo's blur did almost nothing.) JPEG's 8 x 8 blocks
+are the codec's, in pixels at any size.
 
 Beyond the paper (:data:`EXTRA_PERTURBATIONS`, reported beside Rician and kept out of the
 paper-faithful score): ``poisson_gaussian`` (photon and read noise, apt for radiographs) and
-``sensor_noise`` (signal-dependent camera noise in linear light, apt for photographs).
+``sensor_noise`` (signal-dependent camera noise in linear light, apt for photographs):
+
+=============== ================================================ ===============================
+perturbation    severity 1 / 2 / 3                               unit
+=============== ================================================ ===============================
+poisson_gaussian photons at full scale = 200, 60, 20;             y = Poisson(x N) / N + n,
+                read sigma = 0.01, 0.02, 0.04                    n ~ N(0, read^2), [0, 1] range
+sensor_noise    shot gain a = 0.002, 0.008, 0.03;                variance a x + b^2 in linear
+                read sigma b = 0.005, 0.01, 0.02                 light (x = sRGB^2.2)
+=============== ================================================ ===============================
+
+A profile selects one of them per dataset in ``noise_model`` (:mod:`crsrepro.profiles`).
 
 The pairing rule: each test image is degraded **once**, at its dataset's canonical size, and every
 encoder resizes that same degraded image. The random state of a degradation comes from SHA-256 of
@@ -35,19 +55,17 @@ from scipy import special
 from scipy.ndimage import convolve1d
 
 from crsrepro.core.schema import Condition
-from crsrepro.core.vocab import PERTURBATIONS, SEVERITIES
+from crsrepro.core.vocab import EXTRA_PERTURBATIONS, PERTURBATIONS, SEVERITIES
 
-#: The perturbations beyond the paper (see the module docstring); :func:`perturb` applies them as it
-#: applies the paper's five.
-EXTRA_PERTURBATIONS = ("poisson_gaussian", "sensor_noise")
 _KNOWN = PERTURBATIONS + EXTRA_PERTURBATIONS
-REFERENCE_SHORT_SIDE = 512
 #: Bumped whenever any perturbation's output bytes change: it keys the degraded-image cache
-#: (:func:`crsrepro.extract.features.degraded_image_key`), so a stale degraded image is never read.
-PERTURBATION_VERSION = 1
+#: (:func:`crsrepro.extract.features.degraded_image_key`) and every perturbed feature array
+#: (:func:`crsrepro.extract.features.feature_cache_inputs`), so nothing stale is read. 2: the blur's
+#: sigma is a fraction of the image's own short side (ImageNet-C's severities 1, 3, 5).
+PERTURBATION_VERSION = 2
 
-# [ours] Parameters per severity 1, 2, 3 (DESIGN.md section 6).
-BLUR_SIGMA_PX = (1.0, 2.0, 4.0)
+# [ours] Parameters per severity 1, 2, 3 (DESIGN.md section 6; the module docstring says why).
+BLUR_SIGMA_FRACTION = (1 / 224, 3 / 224, 6 / 224)
 JPEG_QUALITY = (50, 20, 5)
 CONTRAST_FACTOR = (0.7, 0.5, 0.3)
 RICIAN_SIGMA = (0.02, 0.05, 0.10)
@@ -57,6 +75,46 @@ FOV_KEEP = (0.90, 0.75, 0.60)
 POISSON_GAUSSIAN = ((200.0, 0.01), (60.0, 0.02), (20.0, 0.04))
 SENSOR_NOISE = ((0.002, 0.005), (0.008, 0.01), (0.03, 0.02))
 SRGB_GAMMA = 2.2
+#: Every parameter above as :func:`parameter_table` shows it: (perturbation, parameter, unit, values at
+#: severities 1, 2, 3, whether it is a fraction of the short side).
+PARAMETERS = (
+    ("gaussian_blur", "sigma (pixel-integrated kernel)", "fraction of the short side", BLUR_SIGMA_FRACTION, True),
+    ("jpeg", "quality", "PIL JPEG quality", JPEG_QUALITY, False),
+    ("contrast", "k in x -> mean + k (x - mean)", "per-channel image mean", CONTRAST_FACTOR, False),
+    ("rician_noise", "sigma in y = sqrt((x+n1)^2 + n2^2)", "of the [0, 1] range", RICIAN_SIGMA, False),
+    ("fov_crop", "central share kept, then resized back", "fraction of each side", FOV_KEEP, True),
+    ("poisson_gaussian", "photons N at full scale", "count", tuple(n for n, _ in POISSON_GAUSSIAN), False),
+    ("poisson_gaussian", "read-noise sigma", "of the [0, 1] range", tuple(r for _, r in POISSON_GAUSSIAN), False),
+    ("sensor_noise", "shot gain a (variance a x + b^2)", "linear light", tuple(a for a, _ in SENSOR_NOISE), False),
+    ("sensor_noise", "read sigma b", "linear light", tuple(b for _, b in SENSOR_NOISE), False),
+)
+
+
+def parameter_table(short_side: int | None = None, perturbations=_KNOWN):
+    """How each perturbation's strength is set: one row per parameter, its values at severities 1, 2, 3
+    read from the constants the perturbations apply (DESIGN.md section 6), and whether the paper has it.
+
+    With ``short_side``, a spatial parameter (a fraction of the short side) is also given in pixels at
+    that short side (a profile's canonical size, :func:`crsrepro.run.units.canonical_size`).
+
+    >>> table = parameter_table(96, ["gaussian_blur", "jpeg"])
+    >>> table[["severity 1", "severity 3", "px at 96"]].values.tolist()
+    [['0.00446', '0.0268', '0.43 / 1.29 / 2.57'], ['50', '5', '-']]
+    >>> bool(table["paper"].all())
+    True
+    """
+    import pandas as pd
+
+    rows = []
+    for name, parameter, unit, values, spatial in PARAMETERS:
+        if name not in perturbations:
+            continue
+        row = {"perturbation": name, "parameter": parameter, "unit": unit, "paper": name in PERTURBATIONS}
+        row |= {f"severity {s}": f"{v:.3g}" for s, v in zip(SEVERITIES, values)}
+        if short_side is not None:
+            row[f"px at {short_side}"] = " / ".join(f"{v * short_side:.2f}" for v in values) if spatial else "-"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def perturbation_rng(image_id: str, name: str, severity: int) -> np.random.Generator:
@@ -88,9 +146,9 @@ def _pil_roundtrip(image: np.ndarray, operation) -> np.ndarray:
 def pixel_gaussian_kernel(sigma: float) -> np.ndarray:
     """A 1-D Gaussian integrated over each pixel's footprint [ours].
 
-    Point-sampled kernels vanish for sigma well below a pixel, which is where a 512-px sigma lands at
-    small canonical sizes (sigma 1 px at 512 px is 0.19 px at 96 px); integrating over the pixel keeps
-    the blur continuous in sigma and reduces to sampling for large sigma.
+    Point-sampled kernels vanish for sigma below a pixel, which is where severity 1 lands at small
+    canonical sizes (1/224 of a 96-px short side is 0.43 px); integrating over the pixel keeps the blur
+    continuous in sigma and reduces to sampling for large sigma.
 
     >>> pixel_gaussian_kernel(0.2).round(3).tolist()
     [0.0, 0.006, 0.988, 0.006, 0.0]
@@ -101,7 +159,7 @@ def pixel_gaussian_kernel(sigma: float) -> np.ndarray:
 
 
 def _gaussian_blur(image, k, rng):
-    kernel = pixel_gaussian_kernel(BLUR_SIGMA_PX[k] * min(image.shape[:2]) / REFERENCE_SHORT_SIDE)
+    kernel = pixel_gaussian_kernel(BLUR_SIGMA_FRACTION[k] * min(image.shape[:2]))
     x = _to_unit(image)
     for axis in (0, 1):
         x = convolve1d(x, kernel, axis=axis, mode="reflect")
