@@ -19,6 +19,10 @@ User errors (a missing profile, an unknown encoder, a missing dataset root ...) 
 disk errors (a read-only or full folder) print one line and exit with status 2; ``-v`` adds the
 traceback. The Makefile calls these same commands.
 
+``run`` and ``book`` print each stage's header and progress on stdout, a bar on a terminal or a plain
+line every 10 % or 30 s elsewhere, and end with a table of the stages' wall and CPU times
+(:mod:`crsrepro.run.progress`, issue 29.1); ``-q``, before or after the command, silences them.
+
 Explicit acts stay explicit: a command that reads never computes and a command that checks never
 writes. Each command's ``--help`` lists what it may do (:data:`ACTS`): only ``run``, ``book`` and
 ``score`` compute, and only ``book`` freezes a frame without being asked (a demo-world profile's, when
@@ -88,12 +92,15 @@ def _cmd_demo_world(args) -> None:
 def _cmd_run(args) -> None:
     from crsrepro.profiles import check_devices, load_profile
     from crsrepro.run.grid import run_grid
+    from crsrepro.run.progress import Progress
 
     profile = load_profile(args.profile)
     check_devices(profile)
-    table = run_grid(profile, progress=not args.quiet, executor=args.executor, workers=args.workers,
+    progress = Progress(quiet=args.quiet)
+    table = run_grid(profile, progress=progress, executor=args.executor, workers=args.workers,
                      scheduler=args.scheduler)
     print(f"{len(table)} result rows in {profile.output_path / 'results.parquet'}")
+    progress.say(f"== stage times ==\n{progress.table()}")
 
 
 def _cmd_freeze_frame(args) -> None:
@@ -122,12 +129,14 @@ def _cmd_notebook(args) -> None:
 def _cmd_book(args) -> None:
     from crsrepro.present.book import build_book
     from crsrepro.profiles import check_devices, load_profile
+    from crsrepro.run.progress import Progress
 
     check_devices(load_profile(args.profile))
     _pin_home()
-    index = build_book(profile=args.profile, book_root=args.book_root, output=args.output,
-                       progress=not args.quiet)
+    progress = Progress(quiet=args.quiet)
+    index = build_book(profile=args.profile, book_root=args.book_root, output=args.output, progress=progress)
     print(f"The book is built: {index}")
+    progress.say(f"== stage times ==\n{progress.table()}")
 
 
 def _cmd_score(args) -> None:
@@ -225,7 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     from crsrepro.run.executor import DEFAULT_EXECUTOR, EXECUTORS
 
     parser = argparse.ArgumentParser(prog="crsrepro", description=__doc__.split("\n\n")[0])
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress: no stage headers, bars or stage "
+                        "times (warnings and errors still show)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what each stage does")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -239,8 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the checkout holding _config.yml and notebooks/ (default: .)")
         return p
 
+    def quiet(p):  # `crsrepro run -q` as well as `crsrepro -q run`; SUPPRESS keeps the top-level one
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help="no stage headers, progress bars or stage times (warnings and errors still show)")
+
     add("demo-world", _cmd_demo_world, "write the demo world's four datasets in their real layouts")
     p = add("run", _cmd_run, "run the grid for a profile (resumes) and merge results.parquet")
+    quiet(p)
     p.add_argument("--executor", choices=EXECUTORS, default=DEFAULT_EXECUTOR,
                    help="local: a process pool (default); dask: Dask distributed; serial: this process only")
     p.add_argument("--workers", type=int, default=None, help="worker processes of local and of the Dask "
@@ -255,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),
                    help="an extra papermill parameter (string value)")
     p = add("book", _cmd_book, "run everything and build the Jupyter Book", book_root=True)
+    quiet(p)
     p.add_argument("--output", type=Path, default=None, help="build folder (default: <book-root>/book)")
     p = add("score", _cmd_score, "score a new encoder against the profile's frozen reference frame")
     p.epilog = ("Two ways in for your own encoder. (1) --spec my_encoder.yaml: the fields of a registry spec: "

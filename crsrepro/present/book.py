@@ -27,6 +27,7 @@ from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import content_key, folder_digest, git_hash, manifest_dir, package_digest, sha256_file
 from crsrepro.present.chapters import CHAPTERS
 from crsrepro.profiles import Profile
+from crsrepro.run.progress import Progress, as_progress
 
 log = logging.getLogger(__name__)
 
@@ -227,9 +228,21 @@ def _convergence_section(book_root: Path) -> str:
             f"{values.get('probe_unconverged_by_encoder', '-')}.\n\n")
 
 
-def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterRun]) -> Path:
+def _stage_section(stage_times: str) -> str:
+    """The status page's table of this build's stage times (empty when none was given)."""
+    if not stage_times:
+        return ""
+    return ("## Stage times\n\n"
+            "Each stage this build ran before the HTML, its tasks, wall and CPU seconds (`crsrepro book` prints the same "
+            "table at its end). Wall: while at least one of the stage's tasks ran; CPU: summed over the processes that "
+            "ran them, so a process pool's exceeds its wall. A stage with nothing left to run is not listed.\n\n"
+            f"{stage_times}\n\n")
+
+
+def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterRun], stage_times: str = "") -> Path:
     """Write ``book/_generated/status.md``: per chapter its execution time, profile and whether this build
-    executed it, the coverage of a 5-seed bootstrap interval as chapter 05 measured it (both bootstraps),
+    executed it, the table of this build's stage times (``stage_times``, :meth:`crsrepro.run.progress.Progress.markdown`),
+    the coverage of a 5-seed bootstrap interval as chapter 05 measured it (both bootstraps),
     the unconverged share of linear-probe fits as chapter 01 measured it, then the commit and the versions of the packages that produced the numbers (DESIGN.md section 12)."""
     chapters = "\n".join(f"| {name} | `{profile}` | {run.seconds:.1f} | "
                          f"{'reused (inputs unchanged)' if run.reused else 'executed'} |" for name, run in timings.items())
@@ -244,6 +257,7 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterR
         "| chapter | profile | execution time (s) | this build |\n|---|---|---|---|\n"
         f"{chapters}\n| **total** | | {sum(r.seconds for r in timings.values()):.1f} | "
         f"{sum(not r.reused for r in timings.values())} executed |\n\n"
+        f"{_stage_section(stage_times)}"
         f"{_coverage_section(book_root)}"
         f"{_convergence_section(book_root)}"
         "## Software\n\n"
@@ -257,13 +271,30 @@ def write_status_page(book_root: Path, profile: str, timings: dict[str, ChapterR
     return path
 
 
+def _chapter_run(name: str, profile: str, loaded: Profile, book_root: Path, bars: bool) -> ChapterRun:
+    """Chapter ``name`` of the book: reused when its inputs are unchanged, else executed (papermill's bar of
+    cells with ``bars``)."""
+    parameters = chapter_parameters(name, loaded)
+    key = content_key(**execution_inputs(name, profile=profile, book_root=book_root, parameters=parameters))
+    seconds = reusable_seconds(name, key, book_root=book_root)
+    if seconds is not None:
+        log.info("reused %s: its inputs are unchanged", name)
+        return ChapterRun(seconds, reused=True)
+    return ChapterRun(execute_notebook(name, profile=profile, book_root=book_root, progress=bars,
+                                       parameters=parameters, inputs_key=key))
+
+
 def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Path | None = None,
-               progress: bool = True) -> Path:
+               progress: bool | Progress = True) -> Path:
     """Run every stage of ``profile`` where needed (the grid, the depth sweep and the LoRA grid, on a
     process pool: :func:`crsrepro.run.stages.run_stages`) and the grid of its ``book.coverage_profile``,
     freeze a demo-world profile's frame if it has none (the one explicit freezing step of the book,
     :func:`crsrepro.score.frame.frame_for_book`), execute every notebook for ``profile`` and build the
-    HTML; return the path of ``index.html``. The chapters only read what the stages wrote."""
+    HTML; return the path of ``index.html``. The chapters only read what the stages wrote.
+
+    ``progress`` (:func:`crsrepro.run.progress.as_progress`) shows every stage's header and bar, the
+    coverage profile's, the chapters' (one task a notebook) and the HTML build's (issue 29.1); the status
+    page gets the table of the stages' times."""
     from crsrepro.profiles import load_profile
     from crsrepro.run.depth import DepthStage
     from crsrepro.run.grid import GridStage
@@ -271,6 +302,7 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     from crsrepro.run.stages import run_stages
     from crsrepro.score.frame import frame_for_book
 
+    progress = as_progress(progress)
     book_root = _check_book_root(book_root)
     loaded = load_profile(profile)
     results, _, _ = run_stages(loaded, [GridStage(), DepthStage(), LoraStage()], progress=progress)
@@ -278,23 +310,18 @@ def build_book(*, profile: str = "demo", book_root: Path = Path("."), output: Pa
     if frozen:
         print(f"froze the {loaded.name} reference frame to {frozen} (crsrepro freeze-frame)")
     if loaded.book.coverage_profile:  # before the chapters, so that their inputs (its results digest) are settled
+        progress.say(f"== coverage profile ({loaded.name}): the grid of {loaded.book.coverage_profile}, "
+                     "for chapter 05 ==")
         run_stages(load_profile(loaded.book.coverage_profile), [GridStage()], progress=progress)
-    timings = {}
-    for name in list_notebooks(book_root):
-        parameters = chapter_parameters(name, loaded)
-        key = content_key(**execution_inputs(name, profile=profile, book_root=book_root, parameters=parameters))
-        seconds = reusable_seconds(name, key, book_root=book_root)
-        if seconds is not None:
-            log.info("reused %s: its inputs are unchanged", name)
-            timings[name] = ChapterRun(seconds, reused=True)
-        else:
-            timings[name] = ChapterRun(execute_notebook(name, profile=profile, book_root=book_root, progress=progress,
-                                                        parameters=parameters, inputs_key=key))
-    write_status_page(book_root, profile, timings)
+    names = list_notebooks(book_root)
+    with progress.bar(f"chapters ({loaded.name})", len(names), f"{len(names)} notebooks") as bar:
+        timings = {name: bar.call(_chapter_run, name, profile, loaded, book_root, progress.bars) for name in names}
+    write_status_page(book_root, profile, timings, progress.markdown())
     output = Path(output).absolute() if output else book_root / "book"
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
     command = [str(jupyter_book), "build", str(book_root), "--path-output", str(output), "--warningiserror"]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = progress.call(f"HTML ({loaded.name})", "jupyter-book build",
+                           lambda: subprocess.run(command, capture_output=True, text=True))
     if result.returncode != 0:
         raise CrsreproError(f"jupyter-book build failed (exit {result.returncode}):\n{result.stdout[-4000:]}\n"
                             f"{result.stderr[-4000:]}")
