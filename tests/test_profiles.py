@@ -126,3 +126,26 @@ def test_what_differs_between_profiles_is_read_from_their_keys():
     assert paper.claims.paper_scope and not demo.claims.paper_scope and not smoke.claims.paper_scope
     assert demo.book.coverage_profile == "demo-seeds20"
     assert smoke.book.coverage_profile is seeds20.book.coverage_profile is mini.book.coverage_profile is None
+
+
+def test_a_profile_selects_a_modality_noise_model_per_dataset(tmp_path):
+    path = _write(tmp_path, {"include": "smoke", "noise_model": {"chexpert": "poisson_gaussian",
+                                                                 "isic2019": "sensor_noise", "kermany_cxr": "poisson_gaussian"}})
+    profile = load_profile(path)
+    paper = load_profile("smoke").conditions()
+    assert profile.conditions() == paper                      # no dataset: the paper's conditions only
+    assert profile.conditions("chexpert") == paper + ["poisson_gaussian@1", "poisson_gaussian@3"]
+    assert profile.conditions("isic2019")[len(paper):] == ["sensor_noise@1", "sensor_noise@3"]
+    assert profile.conditions("aptos2019") == paper           # a dataset it does not name keeps the paper's
+    assert load_profile("smoke").noise_model == {}            # the default: none
+
+
+@pytest.mark.parametrize("noise_model, message", [
+    ({"chexpert": "gaussian_noise"}, "a noise model among poisson_gaussian, sensor_noise"),
+    ({"chest": "poisson_gaussian"}, "a mapping from dataset ids"),
+    (["poisson_gaussian"], "a mapping from dataset ids"),
+])
+def test_an_unknown_noise_model_is_refused_naming_the_file_and_the_key(tmp_path, noise_model, message):
+    path = _write(tmp_path, {"include": "smoke", "noise_model": noise_model})
+    with pytest.raises(ProfileError, match=f"{path}.*key noise_model must be .*{message}"):
+        load_profile(path)

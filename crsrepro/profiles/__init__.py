@@ -43,8 +43,8 @@ import yaml
 
 from crsrepro.core.errors import ProfileError
 from crsrepro.core.schema import condition_name
-from crsrepro.core.vocab import (CLEAN, CONTROL_PROBES, DATASET_IDS, IMAGE_POLICIES, PERTURBATIONS, PROBE_BACKENDS,
-                                 SEVERITIES, U_POLICIES)
+from crsrepro.core.vocab import (CLEAN, CONTROL_PROBES, DATASET_IDS, EXTRA_PERTURBATIONS, IMAGE_POLICIES, PERTURBATIONS,
+                                 PROBE_BACKENDS, SEVERITIES, U_POLICIES)
 
 PROFILE_DIR = Path(__file__).parent
 DATA_SOURCES = ("demo_world", "local")
@@ -135,6 +135,9 @@ SCHEMA: dict[str, Any] = {
     "perturbations": _list_of(lambda x: x in PERTURBATIONS, f"perturbations among {', '.join(PERTURBATIONS)}", nonempty=False),
     "severities": _list_of(lambda x: x in SEVERITIES, f"severities among {', '.join(map(str, SEVERITIES))}",
                            nonempty=False),
+    "noise_model": _scalar(lambda v: isinstance(v, dict) and set(v) <= set(DATASET_IDS)
+                           and all(m in EXTRA_PERTURBATIONS for m in v.values()),
+                           f"a mapping from dataset ids to a noise model among {', '.join(EXTRA_PERTURBATIONS)}"),
     "canonical_size": _optional_pos_int,
     "probe": {
         "backend": _choice(PROBE_BACKENDS),
@@ -167,6 +170,7 @@ DEFAULTS: dict[str, Any] = {
     "transfer": {},
     "robustness_transfer": None,  # None: the paper's transfer targets (MIMIC-CXR) enter robustness
     "canonical_size": None,  # [ours] None: the largest input size in the panel (DESIGN.md section 6)
+    "noise_model": {},  # beyond the paper: no modality-apt noise model is run beside Rician (DESIGN.md section 6)
     "data": {"images": "all", "folders": {}, "subsample": {}},
     "probe": {"c_selection": "nested_val"},  # [ours] C chosen on a val subset of the same label fraction
     "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
@@ -321,6 +325,7 @@ class Profile:
     label_fractions: tuple
     perturbations: tuple
     severities: tuple
+    noise_model: dict  #: dataset -> its modality-apt noise model, run beside Rician, outside the paper's score
     canonical_size: int | None
     probe: ProbeSection
     control_probes: ControlProbesSection
@@ -349,7 +354,7 @@ class Profile:
             robustness = [t for t in targets if t in PAPER_DATASETS]
         plain = {key: _frozen(config[key]) for key in ("name", "description", "datasets", "encoders", "seeds",
                                                        "label_fractions", "perturbations", "severities",
-                                                       "canonical_size", "output_dir")}
+                                                       "noise_model", "canonical_size", "output_dir")}
         return cls(source=source, transfer=transfer, robustness_transfer=tuple(robustness), config=config,
                    **plain, **sections)
 
@@ -399,9 +404,19 @@ class Profile:
         """
         return list(dict.fromkeys([*self.datasets, *(t for ts in self.transfer.values() for t in ts)]))
 
-    def conditions(self) -> list[str]:
-        """The test conditions: ``clean`` then ``<perturbation>@<severity>`` (DESIGN.md section 7)."""
-        return [CLEAN] + [condition_name(p, s) for p in self.perturbations for s in self.severities]
+    def conditions(self, dataset: str | None = None) -> list[str]:
+        """The test conditions: ``clean`` then ``<perturbation>@<severity>`` (DESIGN.md section 7), then, for
+        a ``dataset`` that ``noise_model`` names, its modality-apt noise model at each severity (beyond the
+        paper, reported beside Rician and kept out of the paper-faithful robustness and CRS). A
+        ``noise_model`` entry for a dataset the profile does not train on is ignored, so a profile that
+        includes another may narrow its datasets.
+
+        >>> demo = load_profile("demo", overrides={"noise_model": {"chexpert": "poisson_gaussian"}})
+        >>> demo.conditions("chexpert")[-1], len(demo.conditions("chexpert")) - len(demo.conditions("isic2019"))
+        ('poisson_gaussian@3', 3)
+        """
+        extra = (self.noise_model[dataset],) if dataset in self.noise_model else ()
+        return [CLEAN] + [condition_name(p, s) for p in self.perturbations + extra for s in self.severities]
 
     def fingerprint(self) -> str:
         """The content key of the validated configuration (what a results table was computed for)."""
