@@ -224,7 +224,8 @@ def run_grid(profile: Profile | str, *, encoders: list[str] | None = None, weigh
     encoders, weights, output_dir, manifest_dir
         See :class:`GridStage`.
     progress : bool
-        Show progress bars (the serial executor; pools log instead).
+        Print each stage's header and progress (a bar on a terminal, a line every 10 % or 30 s otherwise:
+        :mod:`crsrepro.run.progress`), on every executor.
     executor : {"serial", "local", "dask"}
         ``serial``: the tasks in this process, in order (the reference); ``local``: a process pool
         (``crsrepro run``'s default); ``dask``: Dask distributed. See :mod:`crsrepro.run.executor`.
