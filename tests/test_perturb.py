@@ -171,3 +171,49 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="severity"):
         perturb(np.zeros((8, 8), np.uint8), "jpeg", 0, "x")
 
+
+
+def _runs(cells):
+    """A runs table of the primary linear probe at 100 % labels: (encoder, dataset, seed, condition, auroc, ece)."""
+    import pandas as pd
+
+    return pd.DataFrame([dict(encoder=e, dataset=d, seed=s, label_fraction=1.0, condition=c, probe="linear",
+                              layer="final", regime="frozen", recalibrator="none", auroc=a, ece=x)
+                         for e, d, s, c, a, x in cells])
+
+
+def test_the_modality_noise_table_sets_each_dataset_s_model_beside_rician():
+    from crsrepro.analyse.robustness import modality_noise_table
+
+    cells = []
+    for encoder, hit in (("a", 0.0), ("b", 0.1)):
+        for seed in (0, 1):
+            cells += [(encoder, "chexpert", seed, "clean", 0.9, 0.05), (encoder, "chexpert", seed, "rician_noise@1", 0.8, 0.10),
+                      (encoder, "chexpert", seed, "poisson_gaussian@1", 0.9 - hit - 0.02 * seed, 0.05 + hit),
+                      (encoder, "chexpert", seed, "poisson_gaussian@2", 0.5, 0.3),      # no Rician at 2: no row
+                      (encoder, "isic2019", seed, "clean", 0.9, 0.05), (encoder, "isic2019", seed, "rician_noise@1", 0.7, 0.1)]
+    cells.append(("c", "chexpert", 0, "clean", 0.9, 0.05))      # an encoder without the conditions is not averaged
+    table = modality_noise_table(_runs(cells), {"chexpert": "poisson_gaussian", "isic2019": "sensor_noise"})
+    assert table[["dataset", "noise_model", "severity", "n_cells"]].values.tolist() == [["chexpert", "poisson_gaussian", 1, 2]]
+    row = table.iloc[0]
+    assert row["auroc_drop_rician"] == pytest.approx(0.1) and row["ece_rise_rician"] == pytest.approx(0.05)
+    # seeds then encoders: encoder a drops 0.01 (mean of 0 and 0.02), b 0.11; ECE rises 0 and 0.1
+    assert row["auroc_drop_model"] == pytest.approx(0.06) and row["ece_rise_model"] == pytest.approx(0.05)
+    assert modality_noise_table(_runs(cells), {}).empty
+    with pytest.raises(ValueError, match="unknown noise model"):
+        modality_noise_table(_runs(cells), {"chexpert": "gaussian_noise"})
+
+
+def test_perturbation_strength_lists_the_profile_s_perturbations_at_its_canonical_size():
+    from types import SimpleNamespace
+
+    from crsrepro.analyse.robustness import perturbation_strength
+    from crsrepro.profiles import load_profile
+
+    profile = load_profile("demo", overrides={"noise_model": {"chexpert": "poisson_gaussian", "isic2019": "sensor_noise"}})
+    table = perturbation_strength(SimpleNamespace(profile=profile))
+    assert list(table["perturbation"].unique()) == [*profile.perturbations, "poisson_gaussian", "sensor_noise"]
+    assert table.loc[table["perturbation"] == "gaussian_blur", "px at 96"].item() == "0.43 / 1.29 / 2.57"
+    paper_only = load_profile("smoke", overrides={"noise_model": {}})
+    smoke = perturbation_strength(SimpleNamespace(profile=paper_only))   # its demo world stores 64-px images
+    assert set(smoke["perturbation"]) == set(PERTURBATIONS) and smoke["px at 64"].iloc[0] == "0.29 / 0.86 / 1.71"

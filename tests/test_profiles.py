@@ -137,7 +137,7 @@ def test_a_profile_selects_a_modality_noise_model_per_dataset(tmp_path):
     assert profile.conditions("chexpert") == paper + ["poisson_gaussian@1", "poisson_gaussian@3"]
     assert profile.conditions("isic2019")[len(paper):] == ["sensor_noise@1", "sensor_noise@3"]
     assert profile.conditions("aptos2019") == paper           # a dataset it does not name keeps the paper's
-    assert load_profile("smoke").noise_model == {}            # the default: none
+    assert load_profile("paper").noise_model == {}            # the default: none
 
 
 @pytest.mark.parametrize("noise_model, message", [
