@@ -45,19 +45,115 @@ def test_only_adapters_and_head_train_and_the_base_is_unchanged(encoder_id):
     assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero: the adapters did train
 
 
-def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path):
+def _probe(encoder, images, labels, val_images, val_labels, task="multiclass"):
+    """The frozen linear probe on the encoder's final features (the LoRA head's start)."""
+    from crsrepro.fit.linear import LinearProbe
+    from crsrepro.run.lora import _features
+
+    return LinearProbe(task=task).fit(_features(encoder, images, 8), labels, X_val=_features(encoder, val_images, 8),
+                                      y_val=val_labels)
+
+
+def _world(n, seed, task="multiclass"):
+    """Images whose channel levels decide their labels (through noise), so that a probe has something to find."""
+    rng = np.random.default_rng(seed)
+    levels = rng.uniform(0, 1, (n, 3))
+    images = rng.integers(0, 100, (n, 3, 96, 96)) + (150 * levels)[:, :, None, None]
+    if task == "multilabel":
+        labels = (levels[:, :2] + rng.normal(0, 0.15, (n, 2)) > 0.5).astype(float)
+        labels[0, 1] = np.nan  # a masked label
+    else:
+        labels = np.digitize(levels[:, 0] + rng.normal(0, 0.15, n), [0.5] if task == "binary" else [1 / 3, 2 / 3])
+    return torch.from_numpy(images.astype(np.uint8)), labels
+
+
+@pytest.mark.parametrize("task", ["multiclass", "binary", "multilabel"])
+def test_at_step_0_the_fine_tuned_model_is_the_frozen_probe(task):
+    from crsrepro.run.lora import FineTuned, ProbeHead, _features
+
     encoder = create_encoder("demo.random_cnn")
-    images, labels = _batch()
-    kwargs = dict(task="multiclass", n_outputs=3, seed=1)
-    one, two = LoraParams(epochs=1, batch_size=8), LoraParams(epochs=2, batch_size=8)  # 2 steps per epoch
-    whole = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
-    train(adapt(encoder, seed=1), images, labels, params=one, checkpoint_dir=tmp_path / "b", **kwargs)  # killed after 1
-    resumed = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "b", **kwargs)
-    assert resumed.resumed_from == 2 and whole.resumed_from == 0 and whole.steps == resumed.steps == 4
-    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["step_2.pt", "step_4.pt"]
+    (images, labels), (val_images, val_labels) = _world(40, 0, task), _world(40, 1, task)
+    kind = "multilabel" if task == "multilabel" else "multiclass"
+    probe = _probe(encoder, images, labels, val_images, val_labels, task=kind)
+    adapted = adapt(encoder, seed=0)
+    start = FineTuned(adapted, ProbeHead(probe), kind, LoraParams())
+    expected = probe.predict_proba(_features(encoder, val_images, 8))
+    assert expected.shape[1] == {"multiclass": 3, "binary": 2, "multilabel": 2}[task]
+    np.testing.assert_allclose(start.predict_proba(_features(adapted, val_images, 8)), expected, rtol=0, atol=1e-5)
+    assert not np.allclose(expected, expected.mean(axis=0), atol=1e-3)  # a probe that says something
+
+
+def test_the_learning_rate_warms_up_for_an_epoch_then_decays_to_zero():
+    params = LoraParams(epochs=4, warmup_epochs=1, lr=1e-3)
+    rates = np.array([params.learning_rate(step, 5) for step in range(20)])
+    assert np.all(np.diff(rates[:5]) > 0) and rates[0] == pytest.approx(2e-4) and rates[4] == pytest.approx(1e-3)
+    assert rates[5] == pytest.approx(1e-3) and np.all(np.diff(rates[5:]) < 0) and 0 < rates[-1] < 2e-5
+    assert params.learning_rate(10, 5) == pytest.approx(1e-3 * (1 + np.cos(np.pi * 5 / 15)) / 2)
+
+
+def _fit(encoder, params, checkpoint_dir=None, seed=1):
+    """A fine-tune as finetune runs it: the head from the frozen probe, early stopping on val."""
+    from crsrepro.run.lora import ProbeHead
+
+    (images, labels), (val_images, val_labels) = _world(16, 0), _world(24, 1)
+    head = ProbeHead(_probe(encoder, images, labels, val_images, val_labels))
+    return train(adapt(encoder, seed=seed), images, labels, task="multiclass", seed=seed, head=head,
+                 val=(val_images, val_labels), params=params, checkpoint_dir=checkpoint_dir)
+
+
+def test_early_stopping_restores_the_best_epoch_and_never_ends_worse_on_val_than_the_probe():
+    from crsrepro.core.metrics import macro_auroc
+    from crsrepro.run.lora import _features, best_epoch
+
+    encoder = create_encoder("demo.random_cnn")
+    val_images, val_labels = _world(24, 1)
+    for lr, patience in ((1e-3, 3), (3.0, 1)):  # 3.0: training wrecks the model, so the probe (epoch 0) wins
+        fine = _fit(encoder, LoraParams(epochs=3, batch_size=8, lr=lr, patience=patience))
+        probs = fine.predict_proba(_features(fine.encoder, val_images, 8))
+        assert fine.best_epoch == best_epoch(fine.history)
+        assert macro_auroc(val_labels, probs, task="multiclass") == pytest.approx(fine.history[fine.best_epoch][0])
+        assert fine.history[fine.best_epoch][0] >= fine.history[0][0]
+    assert fine.best_epoch == 0 and len(fine.history) == 2 and fine.steps == 2  # stopped after one epoch
+    assert max(auroc for auroc, _ in fine.history[1:]) < fine.history[0][0]
+    probe_start = _fit(encoder, LoraParams(epochs=0))  # no step: the frozen start itself
+    np.testing.assert_allclose(probs, probe_start.predict_proba(_features(probe_start.encoder, val_images, 8)), atol=1e-6)
+    assert fine.training_metrics() == {"best_epoch": 0, "epochs_trained": 1, "val_auroc_start": fine.history[0][0],
+                                       "val_auroc_best": fine.history[0][0]}
+
+
+def test_best_epoch_takes_the_highest_val_auroc_then_the_lower_loss_then_the_earlier_epoch():
+    from crsrepro.run.lora import best_epoch
+
+    assert best_epoch([(0.7, 0.5), (0.8, 0.6), (0.75, 0.1)]) == 1
+    assert best_epoch([(0.7, 0.5), (0.7, 0.4)]) == 1 and best_epoch([(0.7, 0.5), (0.7, 0.5)]) == 0
+    assert best_epoch([(np.nan, 0.5), (np.nan, 0.3)]) == 1  # no AUROC: the loss decides
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(tmp_path, monkeypatch):
+    from crsrepro.run import lora
+
+    encoder = create_encoder("demo.random_cnn")
+    params = LoraParams(epochs=3, batch_size=8)  # 2 steps per epoch
+    whole = _fit(encoder, params, tmp_path / "a")
+    write = lora._write_checkpoint
+
+    def killed_after_the_first_epoch(*args, **kwargs):
+        write(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lora, "_write_checkpoint", killed_after_the_first_epoch)
+    with pytest.raises(KeyboardInterrupt):
+        _fit(encoder, params, tmp_path / "b")
+    monkeypatch.setattr(lora, "_write_checkpoint", write)
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["step_2.pt"]
+    resumed = _fit(encoder, params, tmp_path / "b")
+    assert resumed.resumed_from == 2 and whole.resumed_from == 0 and whole.steps == resumed.steps == 6
+    assert resumed.history == whole.history and resumed.best_epoch == whole.best_epoch
     assert _state_equal(resumed.trainable_state(), whole.trainable_state())
-    done = train(adapt(encoder, seed=1), images, labels, params=two, checkpoint_dir=tmp_path / "a", **kwargs)
-    assert done.resumed_from == 4 and _state_equal(done.trainable_state(), whole.trainable_state())
+    kept = {f"step_{2 * whole.best_epoch}.pt", "step_6.pt"} - {"step_0.pt"}
+    assert {p.name for p in (tmp_path / "a").iterdir()} == kept  # the last epoch's and the best epoch's
+    done = _fit(encoder, params, tmp_path / "a")
+    assert done.resumed_from == 6 and _state_equal(done.trainable_state(), whole.trainable_state())
 
 
 def test_every_label_fraction_trains_for_the_same_step_budget():
@@ -78,10 +174,17 @@ def test_multilabel_loss_ignores_uncertain_labels():
     assert torch.isclose(_loss(logits, labels, "multilabel"), expected)
 
 
-def test_targets_cover_five_demo_networks():
+def test_the_demo_plan_fine_tunes_a_medical_a_general_and_a_random_network():
+    from crsrepro.encoders import get_encoder_spec
+
     demo = load_profile("demo")
     assert len(adaptable(demo.encoders)) >= 5
-    assert len([e for e in adaptable(demo.encoders) if e not in demo.lora.exclude]) >= 5  # a tau means something
+    plan_encoders = sorted({e for e, _ in default_cells(demo)})
+    assert plan_encoders == ["demo.med_cnn", "demo.random_cnn", "demo.random_vit"]  # 3 ranks: a middle to reorder
+    assert {get_encoder_spec(e).family for e in plan_encoders} == {"medical", "general"}
+    assert demo.lora.n_seeds == 1 and demo.lora.label_fractions == (0.25, 1.0)  # retention needs two fractions
+    paper = load_profile("paper").lora
+    assert (paper.n_seeds, paper.epochs, LoraParams().rank, LoraParams().alpha) == (3, 8, 8, 16)
     with pytest.raises(LoraError, match="demo.texture: no LoRA target modules"):
         lora_targets(create_encoder("demo.texture"))
 
@@ -111,13 +214,24 @@ def test_lora_grid_writes_lora_rows_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("CRSREPRO_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(tmp_path / "manifests"))
     (tmp_path / "manifests").mkdir()
+    from crsrepro.run.grid import GridStage
+    from crsrepro.run.lora import TRAINING_METRICS
+
     profile = load_profile("smoke", overrides={"datasets": ["aptos2019"], "transfer": {}, "severities": [2],
-                                               "perturbations": ["jpeg"], "control_probes": {"probes": []}})
+                                               "perturbations": ["jpeg"], "control_probes": {"probes": []},
+                                               "encoders": ["demo.random_cnn"]})
     stage = LoraStage(cells=(("demo.random_cnn", "aptos2019"),), seeds=(0,), params=LoraParams(epochs=1, batch_size=16))
-    rows = run_stages(profile, [stage], executor="serial", progress=False)[0]
+    rows = run_stages(profile, [stage], executor="serial", progress=False)[0]  # before the grid: extracts the pool
     assert list(rows.columns) == COLUMNS and set(rows["regime"]) == {"lora"}
     assert set(rows["condition"]) == {"clean", "jpeg@2"} and "temperature" in set(rows["recalibrator"])
     assert set(rows["label_fraction"]) == {0.25, 1.0}
+    training = rows[rows["metric"].isin(TRAINING_METRICS)]
+    assert len(training) == 2 * len(TRAINING_METRICS) and set(training["condition"]) == {"clean"}
+    assert (training.pivot_table(index="label_fraction", columns="metric", values="value")["val_auroc_best"]
+            >= training.pivot_table(index="label_fraction", columns="metric", values="value")["val_auroc_start"]).all()
+    grid = run_stages(profile, [GridStage()], executor="serial", progress=False)[0]
+    frozen = grid[(grid.seed == 0) & (grid.probe == "linear")].groupby("label_fraction")["probe_C"].first()
+    assert rows.groupby("label_fraction")["probe_C"].first().to_dict() == frozen[[0.25, 1.0]].to_dict()  # the grid's C
     profiles = lora_profiles(rows)
     assert len(profiles) == 1 and np.isfinite(profiles[["auroc", "ece", "retention", "robustness"]].to_numpy()).all()
     checkpoints = list((profile.output_path / "lora" / "checkpoints").rglob("step_*.pt"))
@@ -194,3 +308,20 @@ def test_frozen_retention_is_compared_over_the_lora_fractions():
     assert reliability_profiles(runs)["retention"].item() == pytest.approx((0.6 + 0.8) / 2 / 0.9)  # the frozen grid's
     with pytest.raises(LoraError, match="no label fraction"):
         frozen_profiles(runs[runs.label_fraction != 0.25], lora_rows)
+
+
+def test_fine_tunes_say_which_kept_the_probe_and_which_gained_on_val_but_lost_on_test():
+    from crsrepro.analyse.lora import early_stopping_summary, fine_tunes
+
+    key = dict(family="general", dataset="x", seed=0, label_fraction=1.0, condition="clean", probe="linear",
+               layer="final", recalibrator="none")
+    frozen = pd.DataFrame([dict(key, encoder=e, regime="frozen", auroc=a, ece=0.1) for e, a in (("a", 0.8), ("b", 0.7))])
+    metrics = {"a": dict(auroc=0.8, best_epoch=0, epochs_trained=3, val_auroc_start=0.75, val_auroc_best=0.75),
+               "b": dict(auroc=0.65, best_epoch=2, epochs_trained=3, val_auroc_start=0.6, val_auroc_best=0.7)}
+    lora_rows = pd.DataFrame([dict(key, encoder=e, regime="lora", metric=m, value=v)
+                              for e, values in metrics.items() for m, v in values.items()])
+    table = fine_tunes(frozen, lora_rows).set_index("encoder")
+    assert table.loc["a", "auroc_gain"] == 0 and table.loc["a", "best_epoch"] == 0
+    assert table.loc["b", "auroc_gain"] == pytest.approx(-0.05) and table.loc["b", "val_auroc_gain"] == pytest.approx(0.1)
+    summary = early_stopping_summary(table.reset_index()).iloc[0]
+    assert (summary["n_fine_tunes"], summary["kept_probe"], summary["val_up_test_down"]) == (2, 1, 1)

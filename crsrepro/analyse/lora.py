@@ -7,6 +7,14 @@ may train fewer fractions than the frozen grid: the demo's trains 25 % and 100 %
 retention compared averages 25 % only, not 1/5/10/25 %); :func:`compare` sets the LoRA ranking against
 the frozen one.
 
+Every fine-tune starts as the frozen linear probe and keeps its best val epoch (the recipe of
+:mod:`crsrepro.run.lora`, [ours]), so where LoRA does not raise test AUROC the reason is measured, not
+guessed: :func:`fine_tunes` sets each fine-tune's test AUROC beside its probe's, with the epoch early
+stopping restored (0: the probe was kept) and the val AUROC at epoch 0 and at that epoch, and
+:func:`early_stopping_summary` counts per domain the fine-tunes that kept the probe, and those whose val
+AUROC rose while their test AUROC fell (the few val rows that choose the epoch were fitted, not the test
+split).
+
 The four-dimensional comparison scores each regime **among its own peers** (primary): the LoRA profiles
 are normalised with the frame's fixed anchors and their Pareto share and proximity are counted against
 the other encoders' LoRA profiles, and the frozen profiles likewise against the frozen profiles of the
@@ -28,8 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from crsrepro.core.schema import LORA
-from crsrepro.run.lora import LoraError
+from crsrepro.core.schema import FINAL, FROZEN, LORA
+from crsrepro.core.vocab import CLEAN, LINEAR, NO_RECALIBRATION
+from crsrepro.run.lora import TRAINING_METRICS, LoraError
 from crsrepro.run.results import runs_table
 from crsrepro.score.dimensions import reliability_profiles
 
@@ -63,6 +72,52 @@ def frozen_profiles(runs: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise LoraError(f"the frozen runs have no label fraction {missing} that the LoRA grid trained")
     return reliability_profiles(runs[runs["label_fraction"].astype(float).isin(fractions)])
+
+
+def _clean_runs(runs: pd.DataFrame, regime: str) -> pd.DataFrame:
+    """The primary protocol's clean, unrecalibrated runs of ``regime``."""
+    return runs[(runs["condition"] == CLEAN) & (runs["recalibrator"] == NO_RECALIBRATION) & (runs["probe"] == LINEAR)
+                & (runs["layer"] == FINAL) & (runs["regime"] == regime)]
+
+
+def fine_tunes(runs: pd.DataFrame, results: pd.DataFrame) -> pd.DataFrame:
+    """Every fine-tune beside the frozen probe it started from.
+
+    Parameters
+    ----------
+    runs : DataFrame
+        The frozen grid's runs table.
+    results : DataFrame
+        The LoRA grid's tidy rows.
+
+    Returns
+    -------
+    DataFrame
+        Per (encoder, dataset, seed, label fraction) that both have: ``auroc_frozen`` and ``auroc_lora``
+        (clean test macro AUROC) and ``auroc_gain`` (LoRA - frozen); :data:`crsrepro.run.lora.TRAINING_METRICS`
+        (``best_epoch`` 0: early stopping kept the probe) and ``val_auroc_gain`` (val AUROC at the epoch
+        restored - at epoch 0, never negative).
+    """
+    on = ["encoder", "dataset", "seed", "label_fraction"]
+    lora = _clean_runs(runs_table(results), LORA)[on + ["auroc", *TRAINING_METRICS]]
+    frozen = _clean_runs(runs, FROZEN)[on + ["auroc"]]
+    table = frozen.merge(lora, on=on, suffixes=("_frozen", "_lora")).astype({"best_epoch": "Int64",
+                                                                           "epochs_trained": "Int64"})
+    return table.assign(auroc_gain=table["auroc_lora"] - table["auroc_frozen"],
+                        val_auroc_gain=table["val_auroc_best"] - table["val_auroc_start"]).reset_index(drop=True)
+
+
+def early_stopping_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and label fraction, from :func:`fine_tunes`: ``n_fine_tunes``, the mean ``auroc_gain``
+    and ``val_auroc_gain``, ``kept_probe`` (fine-tunes whose best val epoch is 0, so that LoRA is the
+    probe) and ``val_up_test_down`` (fine-tunes whose val AUROC rose while their test AUROC fell)."""
+    rows = table.assign(kept_probe=table["best_epoch"] == 0,
+                        val_up_test_down=(table["val_auroc_gain"] > 0) & (table["auroc_gain"] < 0))
+    return (rows.groupby(["dataset", "label_fraction"], sort=False)
+            .agg(n_fine_tunes=("encoder", "size"), auroc_gain=("auroc_gain", "mean"),
+                 val_auroc_gain=("val_auroc_gain", "mean"), kept_probe=("kept_probe", "sum"),
+                 val_up_test_down=("val_up_test_down", "sum"))
+            .reset_index())
 
 
 def peer_scores(profiles: pd.DataFrame, frame=None) -> pd.DataFrame:
@@ -181,5 +236,5 @@ def compare(frozen: pd.DataFrame, lora: pd.DataFrame, frame=None, *, n_resamples
                           crs.top3_overlap == 1.0, seeds)
 
 
-__all__ = ["LoraComparison", "N_RESAMPLES", "compare", "frozen_profiles", "lora_fractions", "lora_profiles",
-           "peer_scores"]
+__all__ = ["LoraComparison", "N_RESAMPLES", "compare", "early_stopping_summary", "fine_tunes", "frozen_profiles",
+           "lora_fractions", "lora_profiles", "peer_scores"]
