@@ -231,7 +231,8 @@ def prepare_dataset(profile, name: str, *, manifest_dir=None, progress: bool = T
         from crsrepro.core.io import manifest_dir as default_manifest_dir
         manifest = load_or_create_manifest(df, dataset=name, manifests_name=profile.manifests.name,
                                            manifest_dir=default_manifest_dir(manifest_dir),
-                                           seed=profile.data.split_seed, run_seeds=profile.seeds)
+                                           seed=profile.data.split_seed, run_seeds=profile.seeds,
+                                           fractions=profile.data.split_fractions)
         df = df.merge(manifest.drop(columns="group"), on="image_id", how="left", validate="one_to_one")
     else:
         test = df["source_split"] == "test"

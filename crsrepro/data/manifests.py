@@ -162,14 +162,15 @@ def seed_split_hash(manifest: pd.DataFrame, seed: int) -> str:
     return content_key(ids=manifest["image_id"].tolist(), split=manifest[seed_column(seed)].tolist())
 
 
-def draw_manifest(df: pd.DataFrame, *, split_seed: int, run_seeds) -> pd.DataFrame:
+def draw_manifest(df: pd.DataFrame, *, split_seed: int, run_seeds, fractions=DEFAULT_FRACTIONS) -> pd.DataFrame:
     """The fixed test split and one train / val partition of the rest per run seed (DESIGN.md section 3).
 
-    The test split (20 % [ours]) is drawn once from ``split_seed``: every perturbation and the transfer
-    are measured on it. For each run seed, the non-test pool is split into train and val (70 / 10 of
-    the whole, i.e. 7/8 and 1/8 of the pool [ours]), grouped and stratified like the test split, from
-    the seed ``(split_seed, run seed)``. The same partition goes to every encoder, so a seed varies the
-    training sample, the C selection and the calibration subset.
+    The test split (``fractions[2]``, 20 % [ours]) is drawn once from ``split_seed``: every perturbation
+    and the transfer are measured on it. For each run seed, the non-test pool is split into train and val
+    (``fractions[0]`` / ``fractions[1]`` of the whole, 70 / 10 [ours], i.e. 7/8 and 1/8 of the pool),
+    grouped and stratified like the test split, from the seed ``(split_seed, run seed)``. The same
+    partition goes to every encoder, so a seed varies the training sample, the C selection and the
+    calibration subset. ``fractions``: a profile's ``data.split_fractions``.
 
     Returns
     -------
@@ -178,11 +179,11 @@ def draw_manifest(df: pd.DataFrame, *, split_seed: int, run_seeds) -> pd.DataFra
         (``train``, ``val`` or ``test``), sorted by image id.
     """
     task, label_names = df.attrs["task"], df.attrs["label_names"]
-    fixed = make_splits(df, seed=split_seed, task=task, label_names=label_names)
+    fixed = make_splits(df, seed=split_seed, fractions=fractions, task=task, label_names=label_names)
     manifest = pd.DataFrame({"image_id": df["image_id"].astype(str), "group": df["group"].astype(str),
                              "split": np.where(fixed == "test", "test", "pool")}, index=df.index)
     pool = df[fixed != "test"]
-    train_share = DEFAULT_FRACTIONS[0] / (DEFAULT_FRACTIONS[0] + DEFAULT_FRACTIONS[1])
+    train_share = fractions[0] / (fractions[0] + fractions[1])
     for seed in run_seeds:
         column = pd.Series("test", index=df.index)
         column[pool.index] = make_splits(pool, seed=[split_seed, int(seed)], fractions=(train_share, 1 - train_share),
@@ -227,7 +228,7 @@ def _check_manifest(path: Path, sha_path: Path, df: pd.DataFrame, run_seeds) -> 
 
 
 def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, manifests_name: str, manifest_dir, seed: int,
-                            run_seeds=(0,)) -> pd.DataFrame:
+                            run_seeds=(0,), fractions=DEFAULT_FRACTIONS) -> pd.DataFrame:
     """The frozen splits of ``df``: read and verified if the manifest exists, else drawn and written.
 
     Parameters
@@ -245,6 +246,8 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, manifests_name: s
         manifest is frozen.
     run_seeds : sequence of int
         The run seeds; each has its own train / val partition (:func:`draw_manifest`).
+    fractions : (train, val, test) shares
+        As in :func:`draw_manifest`, used only when the manifest is created.
 
     Returns
     -------
@@ -264,7 +267,7 @@ def load_or_create_manifest(df: pd.DataFrame, *, dataset: str, manifests_name: s
         manifest = _check_manifest(path, sha_path, df, run_seeds)
         logger.info("%s: using the frozen manifest %s (sha256 %s)", dataset, path, manifest_hash(path)[:12])
         return manifest
-    manifest = draw_manifest(df, split_seed=seed, run_seeds=run_seeds)
+    manifest = draw_manifest(df, split_seed=seed, run_seeds=run_seeds, fractions=fractions)
     atomic_write(path, manifest.to_csv(index=False, lineterminator="\n").encode())
     atomic_write(sha_path, f"{manifest_hash(path)}  {path.name}\n".encode())
     logger.info("%s: wrote manifest %s (test %d of %d images, %d run seeds)", dataset, path,

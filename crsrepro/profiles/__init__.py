@@ -117,6 +117,8 @@ SCHEMA: dict[str, Any] = {
         "root": _str,
         "u_policy": _choice(U_POLICIES),
         "split_seed": _nonneg_int,
+        "split_fractions": _scalar(lambda v: isinstance(v, list) and len(v) == 3 and all(_is_number(x) and x > 0 for x in v)
+                                   and abs(sum(v) - 1) < 1e-9, "three positive shares [train, val, test] summing to 1"),
         "images": _choice(IMAGE_POLICIES),
         "folders": _scalar(lambda v: isinstance(v, dict) and set(v) <= set(DATASET_IDS)
                            and all(isinstance(f, str) and f for f in v.values()),
@@ -171,7 +173,7 @@ DEFAULTS: dict[str, Any] = {
     "robustness_transfer": None,  # None: the paper's transfer targets (MIMIC-CXR) enter robustness
     "canonical_size": None,  # [ours] None: the largest input size in the panel (DESIGN.md section 6)
     "noise_model": {},  # beyond the paper: no modality-apt noise model is run beside Rician (DESIGN.md section 6)
-    "data": {"images": "all", "folders": {}, "subsample": {}},
+    "data": {"images": "all", "folders": {}, "subsample": {}, "split_fractions": [0.7, 0.1, 0.2]},
     "probe": {"c_selection": "nested_val"},  # [ours] C chosen on a val subset of the same label fraction
     "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
     # None: the controls run on every label fraction and condition (the paper's "both control probes")
@@ -203,6 +205,7 @@ class DataSection:
     root: str  #: the folder holding one sub-folder per dataset id
     u_policy: str  #: [ours] CheXpert's uncertain labels: ignore | ones | zeros
     split_seed: int  #: [ours] the seed of the fixed test split
+    split_fractions: tuple  #: [ours] the (train, val, test) shares of the grouped split
     images: str = "all"  #: ``all`` (strict: a listed image that is missing is an error) or ``present-only``
     folders: dict = dataclasses.field(default_factory=dict)  #: dataset id -> its folder under root, where it differs
     subsample: dict = dataclasses.field(default_factory=dict)  #: [ours] dataset id -> images kept (whole groups)
