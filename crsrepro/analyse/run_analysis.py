@@ -369,7 +369,8 @@ class RunAnalysis:
         It is the book's costliest analysis (about a minute on the demo) and two pages read it (chapter 05b
         and the claims page, each in its own kernel), so it is computed once and kept on disk under
         ``<output_dir>/analysis/``, keyed by everything it reads: the results' hash, the frame, the
-        sensitivity space, the seed and the code's commit (:func:`crsrepro.core.io.git_hash`).
+        sensitivity space, the seed and the code's commit (:func:`crsrepro.core.io.git_hash`); two
+        chapters executed side by side compute it once (a lock file beside it).
         """
         import pickle
 
@@ -378,10 +379,14 @@ class RunAnalysis:
 
         key = content_key(results=self.results_hash, frame=self.frame.to_dict(), rng=self.rng, code=git_hash(),
                           space=sha256_file(SPACE_PATH))
+        import fcntl
+
         path = self.profile.output_path / "analysis" / f"multiverse-{key[:16]}.pkl"
-        if path.is_file():
-            return pickle.loads(path.read_bytes())
-        table = multiverse(self, rng=self.rng)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, pickle.dumps(table))
+        with open(path.with_suffix(".lock"), "a") as lock:  # a chapter run beside it waits, then reads
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file():
+                return pickle.loads(path.read_bytes())
+            table = multiverse(self, rng=self.rng)
+            atomic_write(path, pickle.dumps(table))
         return table
