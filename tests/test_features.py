@@ -137,7 +137,10 @@ def test_each_condition_is_applied_once_at_the_canonical_size(tmp_path, tiny, mo
         seen.append((image.shape, condition, image_id))
         return (255 - image) if condition == "invert@1" else image
 
-    monkeypatch.setitem(sys.modules, "crsrepro.extract.perturb", types.SimpleNamespace(apply_condition=apply_condition))
+    from crsrepro.extract.perturb import PERTURBATION_VERSION
+
+    stand_in = types.SimpleNamespace(apply_condition=apply_condition, PERTURBATION_VERSION=PERTURBATION_VERSION)
+    monkeypatch.setitem(sys.modules, "crsrepro.extract.perturb", stand_in)
     images = write_images(tmp_path / "img", n=3)
     out = run(tiny.make(), images, tmp_path / "cache", conditions=("clean", "invert@1"), canonical_size=20)
     assert [s[1:] for s in seen] == [("invert@1", f"img_{i}") for i in range(3)]
