@@ -142,3 +142,20 @@ def test_robustness_raw():
         robustness_raw([])
     with pytest.raises(ValueError):
         robustness_raw([0.1, np.nan])
+
+
+def test_the_calibrated_ece_floor_shrinks_with_the_test_split_and_respects_the_label_mask():
+    """A calibrated model's finite-sample ECE falls like 1/sqrt(N); masked labels are never drawn."""
+    from crsrepro.core.metrics import calibrated_ece_floor
+
+    rng = np.random.default_rng(0)
+    small, large = (rng.dirichlet(np.ones(5), size=n) for n in (250, 25_000))
+    floor_small = calibrated_ece_floor(np.zeros(250), small, task="multiclass")
+    floor_large = calibrated_ece_floor(np.zeros(25_000), large, task="multiclass")
+    assert floor_small > 5 * floor_large > 0
+    probs = rng.uniform(0.05, 0.95, size=(300, 3))
+    labels = np.zeros((300, 3))
+    labels[:, 2] = np.nan  # a label with no unmasked rows is left out, as in expected_calibration_error
+    masked = calibrated_ece_floor(labels, probs, task="multilabel")
+    two_labels = calibrated_ece_floor(labels[:, :2], probs[:, :2], task="multilabel")
+    assert masked == pytest.approx(two_labels, rel=0.5) and masked > 0

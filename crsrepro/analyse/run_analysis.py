@@ -310,6 +310,34 @@ class RunAnalysis:
         return recalibration_summary(self.runs)
 
     @cached_property
+    def ece_floor(self) -> pd.DataFrame:
+        """Per dataset: how far the probes' clean ECE is above what calibrated probabilities would show.
+
+        For every encoder and seed, the full-label linear probe's test ECE beside
+        :func:`crsrepro.core.metrics.calibrated_ece_floor` of the same probabilities on the same test
+        split; per dataset the medians over encoders (seed means) and the median relative ECE change of
+        temperature scaling (:attr:`recalibration`). Where the ECE is near its floor there is little left
+        for a recalibrator to remove (chapter 02).
+        """
+        from crsrepro.core.metrics import calibrated_ece_floor, expected_calibration_error
+        from crsrepro.data import get_dataset_spec
+
+        temperature = self.recalibration.cells.query("recalibrator == 'temperature'")
+        rows = []
+        for dataset in self.profile.datasets:
+            task = get_dataset_spec(dataset).task
+            labels, probs = self.case_probabilities(dataset)
+            ece = [np.mean([expected_calibration_error(labels, p, task=task) for p in seeds]) for seeds in probs.values()]
+            floor = [np.mean([calibrated_ece_floor(labels, p, task=task, rng=self.rng) for p in seeds])
+                     for seeds in probs.values()]
+            rows.append({"dataset": dataset, "n_test": len(labels), "ece_median": float(np.median(ece)),
+                         "floor_median": float(np.median(floor)),
+                         "above_floor_median": float(np.median(np.subtract(ece, floor))),
+                         "temperature_relative_reduction_median":
+                             float(temperature.loc[temperature["dataset"] == dataset, "relative_reduction"].median())})
+        return pd.DataFrame(rows).set_index("dataset")
+
+    @cached_property
     def degradation(self):
         """ECE rise and AUROC drop under the perturbations, and their correlation over cells."""
         from crsrepro.analyse.findings import calibration_under_degradation

@@ -324,6 +324,57 @@ def expected_calibration_error(y_true, y_prob, *, task, n_bins=15):
     return _mean_calibration_error(_top_label(y_true, y_prob, task), n_bins)
 
 
+def calibrated_ece_floor(y_true, y_prob, *, task, n_bins=15, n_draws=20, rng=0):
+    """The ECE that a perfectly calibrated model with these probabilities shows on this many cases.
+
+    ECE is estimated from a finite test split, so even a model whose probabilities are exactly right
+    scores above zero: its bins' accuracies scatter around their confidences. Here the labels are
+    drawn ``n_draws`` times from ``y_prob`` itself (a class per row from its categorical distribution;
+    each label from its Bernoulli, masked where ``y_true`` is NaN) and the mean
+    :func:`expected_calibration_error` of the draws is returned **[ours]**. A recalibrator cannot bring
+    a probe's ECE much below this floor (DESIGN.md section 8; chapter 02 sets it beside the observed ECE).
+
+    Parameters
+    ----------
+    y_true : array
+        Only its shape and, for multi-label, its NaN mask are used.
+    y_prob : array
+        As for :func:`expected_calibration_error`.
+    task : {"multiclass", "multilabel"}
+    n_bins : int, default 15
+    n_draws : int, default 20
+    rng : int or numpy Generator, default 0
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    Confident, calibrated predictions on 100 cases still show an ECE of a few points; on 10,000, almost none:
+
+    >>> p = np.tile([[.8, .2]], (100, 1))
+    >>> 0.01 < calibrated_ece_floor(np.zeros(100), p, task="multiclass") < 0.1
+    True
+    >>> calibrated_ece_floor(np.zeros(10_000), np.tile([[.8, .2]], (10_000, 1)), task="multiclass") < 0.01
+    True
+    """
+    _check_n_bins(n_bins)
+    y_true, y_prob = _check_pair(y_true, y_prob, task, probabilities=True)
+    generator = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    errors = []
+    for _ in range(n_draws):
+        if task == "multiclass":
+            cumulative = np.cumsum(y_prob, axis=1)
+            draw = (generator.random((len(y_prob), 1)) * cumulative[:, -1:] > cumulative).sum(axis=1)
+            drawn = np.minimum(draw, y_prob.shape[1] - 1)
+        else:
+            drawn = (generator.random(y_prob.shape) < y_prob).astype(float)
+            drawn[np.isnan(y_true)] = np.nan
+        errors.append(expected_calibration_error(drawn, y_prob, task=task, n_bins=n_bins))
+    return float(np.mean(errors))
+
+
 def classwise_ece(y_true, y_prob, *, task, n_bins=15):
     """Classwise ECE (Kull et al. 2019): the mean over classes of the binned error of ``p_k``.
 
