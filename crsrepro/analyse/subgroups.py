@@ -352,3 +352,25 @@ def worst_subgroup(analysis, table: pd.DataFrame | None = None, **options) -> Wo
     agreement = rank_agreement(analysis.aggregate["crs"].to_dict(), aggregate["crs"].to_dict())
     return WorstSubgroups(cells=cells, per_encoder=per_encoder, aggregate=aggregate, agreement=agreement,
                           n_cells_unchanged=n_unchanged)
+
+
+def older_patients_gap(table: pd.DataFrame, *, older_from: int = 60) -> pd.DataFrame:
+    """Per dataset with age groups: the mean AUROC gap of the groups aged ``older_from`` or more beside that of
+    the younger ones, over encoders (the demo world plants worse images from 60 on,
+    :data:`crsrepro.data.demo_world.OLDER_FROM`; DESIGN.md section 14).
+
+    ``table`` is a :func:`subgroup_table`; ``difference`` is older minus younger (negative: older patients are
+    scored worse), and the group columns count the test cases of each side.
+    """
+    ages = table[(table["attribute"] == "age_group") & (table["subgroup"] != UNKNOWN)]
+    rows = []
+    for dataset, cells in ages.groupby("dataset", sort=False):
+        older = cells["subgroup"].map(lambda name: int(name.strip("<+").split("-")[0]) >= older_from
+                                      if not name.startswith("<") else False)
+        per_group = cells.groupby("subgroup")["n_cases"].first()
+        rows.append({"dataset": dataset, "older_auroc_gap": cells.loc[older, "auroc_gap"].mean(),
+                     "younger_auroc_gap": cells.loc[~older, "auroc_gap"].mean(),
+                     "older_cases": int(per_group[cells.loc[older, "subgroup"].unique()].sum()),
+                     "younger_cases": int(per_group[cells.loc[~older, "subgroup"].unique()].sum())})
+    out = pd.DataFrame(rows, columns=["dataset", "older_auroc_gap", "younger_auroc_gap", "older_cases", "younger_cases"])
+    return out.assign(difference=out["older_auroc_gap"] - out["younger_auroc_gap"]).set_index("dataset")

@@ -76,7 +76,9 @@ def calibration(analysis) -> dict[str, str]:
             "ece_mean_before": _f(temperature["ece_before"].mean()),
             "temperature_mean_drop": _f(summary.loc["temperature", "mean_absolute_drop"]),
             "temperature_share_improved": _pct((temperature["absolute_drop"] > 0).mean()),
-            "dirichlet_mean_drop": _f(summary.loc["dirichlet", "mean_absolute_drop"]),
+            "temperature_share_30": _pct((temperature["relative_reduction"] >= 0.30).mean()),
+            "richer_mean_drops": ", ".join(f"{name} {_f(summary.loc[name, 'mean_absolute_drop'])}"
+                                           for name in ("vector", "isotonic", "dirichlet") if name in summary.index),
             "worst_relative_change": _pct(cells["relative_reduction"].min()),
             "temperature_auroc_change": _f(summary.loc["temperature", "mean_auroc_change"], 4),
             "n_val_min": _f(int(val.min())), "n_val_max": _f(int(val.max()))}
@@ -148,7 +150,10 @@ def _transfer(analysis) -> dict:
     welch = analysis.transfer_test(*pair)
     numbers = {"transfer_medical": _f(welch.mean_medical), "transfer_general": _f(welch.mean_general),
                "transfer_p": _f(welch.p_value), "transfer_n_medical": _f(welch.n_medical),
-               "transfer_n_general": _f(welch.n_general)}
+               "transfer_n_general": _f(welch.n_general),
+               "transfer_medical_members": ", ".join(
+                   f"{short_name(encoder)} {_f(row['target_auroc'])}"
+                   for encoder, row in welch.table[welch.table["group"] == "medical"].iterrows())}
     sentence = (f"After transfer from {pair[0]} to {pair[1]}, medical-pretrained encoders reach "
                 f"**{numbers['transfer_medical']}** AUROC (**{numbers['transfer_n_medical']}** encoders) against "
                 f"**{numbers['transfer_general']}** for general ones (**{numbers['transfer_n_general']}**), "
