@@ -35,6 +35,7 @@ def test_notebook_is_thin_and_clean(path):
         source = "".join(cell["source"])
         assert not re.search(r"^\s*(def|class)\s", source, re.M), f"science belongs in crsrepro/: {source[:60]}"
         assert not cell.get("outputs") and cell.get("execution_count") is None, "commit notebooks without outputs"
+        assert "hide-input" in cell.get("metadata", {}).get("tags", []), f"the book shows results, not code: {source[:60]}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
