@@ -108,3 +108,23 @@ def test_the_stages_write_depth_and_lora_and_the_chapters_only_read(tmp_path, mo
     stale = load_profile("smoke", overrides={**tiny, "lora": {"epochs": 3}})
     with pytest.raises(CrsreproError, match="merged for another version of profile 'smoke'.*epochs"):
         RunAnalysis(stale, pd.DataFrame()).lora_results
+
+
+def test_a_cell_that_displays_nothing_loses_its_collapsed_source(tmp_path):
+    """Parameters, imports and glue cells show no empty "Show code cell source" toggle; a cell with a
+    table or a printed line keeps its collapsed source beside what it shows."""
+    import nbformat
+
+    glued = {"output_type": "display_data", "data": {"text/plain": "'1'"}, "metadata": {"scrapbook": {"name": "n"}}}
+    shown = {"output_type": "stream", "name": "stdout", "text": "a warning\n"}
+    notebook = nbformat.from_dict(_notebook("x"))
+    notebook.cells.append(nbformat.v4.new_code_cell("glue()", metadata={"tags": ["hide-input"]}))
+    notebook.cells.append(nbformat.v4.new_code_cell("table()", metadata={"tags": ["hide-input"]}))
+    notebook.cells[-2].outputs, notebook.cells[-1].outputs = [nbformat.from_dict(glued)], [nbformat.from_dict(shown)]
+    notebook.cells[0].metadata["tags"].append("hide-input")
+    path = tmp_path / "x.ipynb"
+    nbformat.write(notebook, path)
+    book._finish_executed_copy(path, {"seconds": 1})
+    tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
+    assert "remove-input" in tags[0] and "remove-input" in tags[2]
+    assert "hide-input" in tags[3] and "remove-input" not in tags[3]

@@ -145,16 +145,29 @@ def chapter_parameters(name: str, profile: Profile) -> dict:
     return {"coverage_profile": profile.book.coverage_profile or ""} if name == "05_crs_bootstrap" else {}
 
 
+def _shows_nothing(cell) -> bool:
+    """Whether an executed code cell displays nothing: no output, or only glued values (``scrapbook``
+    display data, which the book quotes in the prose and never shows where they were glued)."""
+    return all(o.get("output_type") == "display_data" and "scrapbook" in o.get("metadata", {})
+               for o in cell.get("outputs", []))
+
+
 def _finish_executed_copy(path: Path, record: dict) -> None:
-    """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell, and
-    record how it was executed (``metadata.crsrepro``: inputs key, seconds, time)."""
+    """Collapse papermill's injected-parameters cell in the executed copy, like every other code cell; a code
+    cell that displays nothing (parameters, imports, loading, gluing) loses its collapsed source too, so the
+    page shows no row of empty "Show code cell source" toggles; record how the chapter was executed
+    (``metadata.crsrepro``: inputs key, seconds, time)."""
     import nbformat
 
     notebook = nbformat.read(path, as_version=4)
     for cell in notebook.cells:
+        if cell.cell_type != "code":
+            continue
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags and "hide-input" not in tags:
             tags.append("hide-input")
+        if _shows_nothing(cell) and "hide-input" in tags:
+            tags[tags.index("hide-input")] = "remove-input"
     notebook.metadata["crsrepro"] = record
     nbformat.write(notebook, path)
 
