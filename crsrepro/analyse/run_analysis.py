@@ -400,21 +400,10 @@ class RunAnalysis:
         sensitivity space, the seed and the code's commit (:func:`crsrepro.core.io.git_hash`); two
         chapters executed side by side compute it once (a lock file beside it).
         """
-        import pickle
-
         from crsrepro.analyse.sensitivity import SPACE_PATH, multiverse
-        from crsrepro.core.io import atomic_write, content_key, git_hash, sha256_file
+        from crsrepro.core.io import computed_once, content_key, git_hash, sha256_file
 
         key = content_key(results=self.results_hash, frame=self.frame.to_dict(), rng=self.rng, code=git_hash(),
                           space=sha256_file(SPACE_PATH))
-        import fcntl
-
         path = self.profile.output_path / "analysis" / f"multiverse-{key[:16]}.pkl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path.with_suffix(".lock"), "a") as lock:  # a chapter run beside it waits, then reads
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if path.is_file():
-                return pickle.loads(path.read_bytes())
-            table = multiverse(self, rng=self.rng)
-            atomic_write(path, pickle.dumps(table))
-        return table
+        return computed_once(path, lambda: multiverse(self, rng=self.rng))

@@ -98,6 +98,29 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable) -> Path:
     return path
 
 
+def computed_once(path: str | os.PathLike, compute: Callable):
+    """The object pickled at ``path``, or ``compute()``'s result pickled there first.
+
+    For an analysis that several chapters read, each in its own kernel and two side by side: the
+    computation runs under an exclusive ``flock`` on ``<path>.lock``, so a second reader waits and then
+    reads the first one's file instead of computing it again; the kernel releases the lock if its
+    holder dies. ``path`` must name its inputs (a content key), since a file found there is returned
+    as it is.
+    """
+    import fcntl
+    import pickle
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        value = compute()
+        atomic_write(path, pickle.dumps(value))
+    return value
+
+
 def process_umask() -> int:
     """The process umask, read without changing it where Linux shows it (``/proc/self/status``), else
     by setting and restoring it."""

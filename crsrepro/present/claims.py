@@ -45,7 +45,7 @@ import yaml
 
 from crsrepro.analyse.findings import PAPER_SIX_TESTS
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.io import PACKAGE_ROOT, atomic_write, content_key, folder_digest, manifest_dir, package_digest
+from crsrepro.core.io import PACKAGE_ROOT, computed_once, content_key, folder_digest, manifest_dir, package_digest
 from crsrepro.present.measurements import TWO_LEVEL_PREFIX, measure, multiverse_shares
 
 CLAIMS_PATH = PACKAGE_ROOT.parent / "data_manifests" / "claims.yaml"
@@ -375,19 +375,19 @@ def run_claims(analysis) -> pd.DataFrame:
     Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim takes
     minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run from the
     grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :func:`claims_key`: the first chapter
-    computes it, the others read it.
+    computes it (two chapters executed side by side compute it once: :func:`crsrepro.core.io.computed_once`),
+    the others read it.
     """
+    def compute() -> pd.DataFrame:
+        claims = load_claims()
+        return claims_table(claims, measure(analysis) | paper_checks(claims),
+                            paper_scope=analysis.profile.claims.paper_scope,
+                            multiverse=multiverse_shares(analysis.multiverse))
+
     key = claims_key(analysis)
-    path = Path(analysis.profile.output_path) / "claims" / f"{key}.pkl" if key else None
-    if path is not None and path.is_file():
-        return pd.read_pickle(path)
-    claims = load_claims()
-    table = claims_table(claims, measure(analysis) | paper_checks(claims),
-                         paper_scope=analysis.profile.claims.paper_scope,
-                         multiverse=multiverse_shares(analysis.multiverse))
-    if path is not None:
-        atomic_write(path, lambda f: table.to_pickle(f))
-    return table
+    if not key:
+        return compute()
+    return computed_once(Path(analysis.profile.output_path) / "claims" / f"{key}.pkl", compute)
 
 
 def status_counts(table: pd.DataFrame) -> pd.DataFrame:
