@@ -126,6 +126,44 @@ def claims_box(claims: pd.DataFrame, notebook: str, profile):
     return admonition(kind, f"Paper vs this run (profile {profile.name})", body)
 
 
+#: The claims page's columns and their widths: the claim (its English gloss, the review's sentence under it)
+#: and the note take the room, so that the page reads without sideways scrolling at 1280 px (issue 27.5).
+_PAGE_COLUMNS = {"claim": 30, "paper value": 9, "this run": 9, "status": 11, "multiverse": 8, "note": 33}
+
+
+def claims_page(claims: pd.DataFrame):
+    """The claims page's table (:func:`crsrepro.present.claims.run_claims`) in a fixed layout: no row
+    index; each claim's id and chapter under its English gloss, and the review's sentence (``source``)
+    under those; the values, status, multiverse share and note beside it.
+
+    >>> table = pd.DataFrame({"id": ["a"], "claim": ["x <y>"], "source": ["s"], "paper value": ["1"],
+    ...                       "this run": ["1"], "notebook": ["00_setup"], "status": ["protocol"], "note": [""]})
+    >>> html = claims_page(table).data
+    >>> "x &lt;y&gt;" in html and "<code>a</code> · 00_setup" in html and "multiverse" not in html
+    True
+    """
+    import html
+
+    from IPython.display import HTML
+
+    columns = [c for c in _PAGE_COLUMNS if c in claims.columns]
+    width = sum(_PAGE_COLUMNS[c] for c in columns)
+    head = "".join(f'<col style="width: {100 * _PAGE_COLUMNS[c] / width:.0f}%">' for c in columns)
+    cells = lambda row: "".join(  # noqa: E731
+        f"<td>{_claim_cell(row) if c == 'claim' else html.escape(str(row[c]))}</td>" for c in columns)
+    rows = "".join(f"<tr>{cells(row)}</tr>" for _, row in claims.iterrows())
+    return HTML(f'<table class="dataframe claims-page" style="width: 100%; table-layout: fixed">'
+                f'<colgroup>{head}</colgroup><thead><tr>{"".join(f"<th>{c}</th>" for c in columns)}</tr></thead>'
+                f"<tbody>{rows}</tbody></table>")
+
+
+def _claim_cell(row) -> str:
+    import html
+
+    return (f"{html.escape(str(row['claim']))}<br><small><code>{html.escape(str(row['id']))}</code> · "
+            f"{html.escape(str(row['notebook']))}</small><br><small lang=\"zh\">{html.escape(str(row['source']))}</small>")
+
+
 def glue_numbers(numbers: dict) -> None:
     """Glue each formatted number with myst-nb (not displayed here), for ``{glue:text}`name``` in the prose;
     a value that is an ``IPython.display.Markdown`` sentence is for ``{glue:md}`name```."""
