@@ -160,8 +160,9 @@ def claims_page(claims: pd.DataFrame):
 def _claim_cell(row) -> str:
     import html
 
-    return (f"{html.escape(str(row['claim']))}<br><small><code>{html.escape(str(row['id']))}</code> · "
-            f"{html.escape(str(row['notebook']))}</small><br><small lang=\"zh\">{html.escape(str(row['source']))}</small>")
+    small = '<span style="font-size: 0.9em; opacity: 0.8"'  # the theme's <small> is sized in rem: larger than the cell
+    return (f"{html.escape(str(row['claim']))}<br>{small}><code>{html.escape(str(row['id']))}</code> · "
+            f"{html.escape(str(row['notebook']))}</span><br>{small} lang=\"zh\">{html.escape(str(row['source']))}</span>")
 
 
 def glue_numbers(numbers: dict) -> None:
