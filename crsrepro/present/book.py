@@ -68,6 +68,12 @@ def _source(book_root: Path, name: str) -> Path:
     return source
 
 
+#: The chapters' kernels log only what is critical to the build's stderr: ipykernel 7 warns at every start that
+#: its local TCP transport is unencrypted (twelve lines a book) and logs the interrupt of its own shutdown; an
+#: error in a cell still fails the build, through papermill.
+KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+
+
 def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
                      progress: bool = True, inputs_key: str | None = None) -> float:
     """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/``; return seconds taken.
@@ -85,7 +91,8 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
-                        cwd=str(book_root), kernel_name="python3", progress_bar=progress)
+                        cwd=str(book_root), kernel_name="python3", progress_bar=progress,
+                        extra_arguments=KERNEL_ARGUMENTS)
     seconds = time.perf_counter() - start
     _finish_executed_copy(target, {"inputs": inputs_key, "seconds": round(seconds, 1),
                                    "executed_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"})
