@@ -71,6 +71,14 @@ def test_temperature_scaling_lowers_ece_on_average(demo):
     assert summary.loc["temperature", "mean_absolute_drop"] > 0, summary
 
 
+def test_at_least_99_percent_of_the_linear_probes_converge(demo):
+    """Issue 24.5 on the demo profile (tests/test_book.py checks the smoke grid)."""
+    from crsrepro.analyse.probe_health import MAX_UNCONVERGED, convergence_table
+
+    table = convergence_table(demo.results)
+    assert table.loc["all", "unconverged_share"] <= MAX_UNCONVERGED, table
+
+
 def test_a_random_network_does_not_lead(demo):
     leaders = demo.aggregate.index[demo.aggregate["rank_crs"] == 1]
     assert not set(leaders) & set(RANDOM_NETWORKS), demo.aggregate
