@@ -218,12 +218,31 @@ def external_validity(analysis):
     return result.intervals.assign(n_encoders=len(result.table)).round(3)
 
 
+def with_intervals(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
+    """``table`` with each value that has ``<m>_ci_low`` and ``<m>_ci_high`` columns written as one column
+    ``"estimate [low, high]"`` and its ``<m>_plug_in`` dropped, so that a table of intervals fits the page.
+
+    >>> t = pd.DataFrame({"a": [0.5], "a_ci_low": [0.41], "a_ci_high": [0.6], "a_plug_in": [0.5], "n": [3]})
+    >>> with_intervals(t).to_dict("records")
+    [{'a': '0.500 [0.410, 0.600]', 'n': 3}]
+    """
+    out = table.copy()
+    for column in [c for c in table.columns if f"{c}_ci_low" in table.columns and f"{c}_ci_high" in table.columns]:
+        out[column] = [f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" for v, lo, hi in
+                       zip(table[column], table[f"{column}_ci_low"], table[f"{column}_ci_high"])]
+        out = out.drop(columns=[c for c in (f"{column}_ci_low", f"{column}_ci_high", f"{column}_plug_in")
+                                if c in out.columns])
+    return out
+
+
 def transfer_thresholds(analysis, shifts: pd.DataFrame):
     """The rows of :func:`crsrepro.analyse.operating_points.severity_summary` for the transfer sets (no severity),
-    with their intervals; None (nothing shown) when the profile names no transfer set."""
+    each value with its interval (:func:`with_intervals`), one row per encoder, dataset, operating point and
+    transfer set; None (nothing shown) when the profile names no transfer set."""
     if first_transfer(analysis) is None:
         return None
-    return shifts[shifts["severity"].isna()].drop(columns=["perturbation", "severity"]).round(3)
+    rows = shifts[shifts["severity"].isna()].drop(columns=["perturbation", "severity"])
+    return with_intervals(rows).set_index(["encoder", "dataset", "operating_point", "condition"])
 
 
 # --------------------------------------------------------------------------- uncertainty
