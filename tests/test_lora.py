@@ -325,3 +325,20 @@ def test_fine_tunes_say_which_kept_the_probe_and_which_gained_on_val_but_lost_on
     assert table.loc["b", "auroc_gain"] == pytest.approx(-0.05) and table.loc["b", "val_auroc_gain"] == pytest.approx(0.1)
     summary = early_stopping_summary(table.reset_index()).iloc[0]
     assert (summary["n_fine_tunes"], summary["kept_probe"], summary["val_up_test_down"]) == (2, 1, 1)
+
+
+def test_a_checkpoint_is_keyed_by_the_heads_starting_weights():
+    """Two probes on the same inputs that were solved differently (another FINISH_FACTOR) start different
+    fine-tunes, so neither resumes the other's checkpoints."""
+    import copy
+
+    from crsrepro.fit.linear import LinearProbe
+    from crsrepro.run.lora import probe_weights_key
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 4)), rng.integers(0, 3, 60)
+    probe = LinearProbe(task="multiclass").fit(X, y, X_val=X, y_val=y)
+    other = copy.deepcopy(probe)
+    assert probe_weights_key(probe) == probe_weights_key(other)
+    other.coef_ = other.coef_ + 1e-9
+    assert probe_weights_key(probe) != probe_weights_key(other)

@@ -85,8 +85,9 @@ log = logging.getLogger(__name__)
 STAGE = "lora"
 #: The version of what a fine-tune computes beyond its :class:`LoraParams` fields (the head's start, the
 #: schedule's shape, the early-stopping rule, the training metrics); it enters both keys. 2: linear
-#: probe, then fine-tune (issue 27.2).
-VERSION = 2
+#: probe, then fine-tune (issue 27.2); 3: the checkpoint key names the head's starting weights
+#: (:func:`probe_weights_key`), so checkpoints trained from another probe are never resumed.
+VERSION = 3
 #: The metrics a LoRA row-set adds on its clean, unrecalibrated row: the epoch early stopping restored
 #: (0: the frozen probe), the epochs trained before it stopped, and the val macro AUROC at epoch 0 and at
 #: the epoch restored.
@@ -226,6 +227,19 @@ def rowset_key(unit_key: str, fraction: float, params: LoraParams) -> str:
 
 
 # --------------------------------------------------------------------------- the fine-tuned model
+
+def probe_weights_key(probe) -> str:
+    """The digest of a fitted linear probe's weights and standardisation, the fine-tune's starting head: a
+    checkpoint is resumed only by a fine-tune that starts from the same head. Its other inputs (features,
+    parameters, val rows) do not pin the weights down, since how the probe is solved (for instance
+    :data:`crsrepro.fit.linear.FINISH_FACTOR`) is code, not a parameter."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in ("coef_", "intercept_", "mean_", "scale_"):
+        digest.update(np.ascontiguousarray(getattr(probe, name), dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
 
 class ProbeHead(nn.Module):
     """A fitted :class:`crsrepro.fit.linear.LinearProbe` as a torch head on the ``final`` embedding: the
@@ -634,7 +648,7 @@ def finetune(encoder_id: str, dataset: str, seed: int, *, params: LoraParams = L
                       labels=labels_key(unit.train.labels[subset]),
                       probe={"features": pool_features, "params": unit.params(),
                              "val_rows": content_key(rows=unit.val_rows[val_rows].tolist()),
-                             "val_labels": labels_key(unit.val.labels[val_rows])},
+                             "val_labels": labels_key(unit.val.labels[val_rows]), "weights": probe_weights_key(probe)},
                       **params.training())
     images = _load_images(encoder.spec, unit.train.images.iloc[subset], (CLEAN,), None)[:, 0]
     val = (_load_images(encoder.spec, unit.val.images.iloc[val_rows], (CLEAN,), None)[:, 0], unit.val.labels[val_rows])
