@@ -86,10 +86,10 @@ def test_every_training_parameter_enters_the_lora_keys():
 
 def test_the_lora_key_of_todays_defaults_is_the_one_cached_row_sets_carry():
     """Written out: the key of a LoRA plan (since issue 27.2: linear probe, then fine-tune, with warm-up,
-    cosine decay and early stopping; lora.VERSION 2)."""
+    cosine decay and early stopping; lora.VERSION 3: checkpoints keyed by the head's starting weights)."""
     before = content_key(stage="lora", unit="u", fraction=0.25, epochs=2, warmup_epochs=1, patience=3, rank=8,
                          alpha=16, dropout=0.0, lr=1e-3, weight_decay=1e-2, batch_size=32, accumulation_steps=1,
-                         target_modules=["conv1", "conv2"], version=2, head="the frozen linear probe",
+                         target_modules=["conv1", "conv2"], version=3, head="the frozen linear probe",
                          optimiser="AdamW", schedule="linear warm-up, cosine decay to zero",
                          budget="steps of epochs x the full-label train split",
                          early_stopping="val macro AUROC, ties to the lower log-loss, epoch 0 the probe, best restored")
