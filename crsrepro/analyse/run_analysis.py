@@ -313,28 +313,27 @@ class RunAnalysis:
     def ece_floor(self) -> pd.DataFrame:
         """Per dataset: how far the probes' clean ECE is above what calibrated probabilities would show.
 
-        For every encoder and seed, the full-label linear probe's test ECE beside
-        :func:`crsrepro.core.metrics.calibrated_ece_floor` of the same probabilities on the same test
-        split; per dataset the medians over encoders (seed means) and the median relative ECE change of
-        temperature scaling (:attr:`recalibration`). Where the ECE is near its floor there is little left
-        for a recalibrator to remove (chapter 02).
+        For every encoder, the full-label linear probe's clean test ECE before recalibration (the seed mean of
+        :attr:`recalibration`'s cells) beside :func:`crsrepro.core.metrics.calibrated_ece_floor` of the same
+        probabilities on the same test split (seed mean); per dataset the medians over encoders and the median
+        relative ECE change of temperature scaling. Where the ECE is near its floor there is little left for a
+        recalibrator to remove (chapter 02).
         """
-        from crsrepro.core.metrics import calibrated_ece_floor, expected_calibration_error
+        from crsrepro.core.metrics import calibrated_ece_floor
         from crsrepro.data import get_dataset_spec
 
-        temperature = self.recalibration.cells.query("recalibrator == 'temperature'")
+        temperature = self.recalibration.cells.query("recalibrator == 'temperature'").set_index(["dataset", "encoder"])
         rows = []
         for dataset in self.profile.datasets:
             task = get_dataset_spec(dataset).task
             labels, probs = self.case_probabilities(dataset)
-            ece = [np.mean([expected_calibration_error(labels, p, task=task) for p in seeds]) for seeds in probs.values()]
+            cells = temperature.loc[dataset].loc[list(probs)]
             floor = [np.mean([calibrated_ece_floor(labels, p, task=task, rng=self.rng) for p in seeds])
                      for seeds in probs.values()]
-            rows.append({"dataset": dataset, "n_test": len(labels), "ece_median": float(np.median(ece)),
+            rows.append({"dataset": dataset, "n_test": len(labels), "ece_median": float(cells["ece_before"].median()),
                          "floor_median": float(np.median(floor)),
-                         "above_floor_median": float(np.median(np.subtract(ece, floor))),
-                         "temperature_relative_reduction_median":
-                             float(temperature.loc[temperature["dataset"] == dataset, "relative_reduction"].median())})
+                         "above_floor_median": float(np.median(cells["ece_before"].to_numpy() - floor)),
+                         "temperature_relative_reduction_median": float(cells["relative_reduction"].median())})
         return pd.DataFrame(rows).set_index("dataset")
 
     @cached_property
