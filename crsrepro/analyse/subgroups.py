@@ -51,7 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from crsrepro.data.common import UNKNOWN, age_group_names
+from crsrepro.data.common import AGE_BINS, UNKNOWN, age_group_names
+from crsrepro.data.demo_world import OLDER_FROM
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.schema import case_key
 from crsrepro.core.vocab import CLEAN
@@ -354,19 +355,22 @@ def worst_subgroup(analysis, table: pd.DataFrame | None = None, **options) -> Wo
                           n_cells_unchanged=n_unchanged)
 
 
-def older_patients_gap(table: pd.DataFrame, *, older_from: int = 60) -> pd.DataFrame:
+def older_patients_gap(table: pd.DataFrame, *, older_from: int = OLDER_FROM) -> pd.DataFrame:
     """Per dataset with age groups: the mean AUROC gap of the groups aged ``older_from`` or more beside that of
-    the younger ones, over encoders (the demo world plants worse images from 60 on,
-    :data:`crsrepro.data.demo_world.OLDER_FROM`; DESIGN.md section 14).
+    the younger ones, over encoders (the demo world plants worse images from
+    :data:`crsrepro.data.demo_world.OLDER_FROM` on; DESIGN.md section 14). ``older_from`` must be an edge of
+    :data:`crsrepro.data.common.AGE_BINS`.
 
     ``table`` is a :func:`subgroup_table`; ``difference`` is older minus younger (negative: older patients are
     scored worse), and the group columns count the test cases of each side.
     """
+    if older_from not in AGE_BINS:
+        raise ValueError(f"older_from={older_from} is not an age-group edge {AGE_BINS}")
+    older_groups = age_group_names()[AGE_BINS.index(older_from) + 1:]
     ages = table[(table["attribute"] == "age_group") & (table["subgroup"] != UNKNOWN)]
     rows = []
     for dataset, cells in ages.groupby("dataset", sort=False):
-        older = cells["subgroup"].map(lambda name: int(name.strip("<+").split("-")[0]) >= older_from
-                                      if not name.startswith("<") else False)
+        older = cells["subgroup"].isin(older_groups)
         per_group = cells.groupby("subgroup")["n_cases"].first()
         rows.append({"dataset": dataset, "older_auroc_gap": cells.loc[older, "auroc_gap"].mean(),
                      "younger_auroc_gap": cells.loc[~older, "auroc_gap"].mean(),
