@@ -74,69 +74,77 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
     theta = theta.clone()
     n_problems, dim = theta.shape
     m = history_size
-    S = theta.new_zeros(m, n_problems, dim)
-    Y = theta.new_zeros(m, n_problems, dim)
-    rho = theta.new_zeros(m, n_problems)
-    gamma = theta.new_ones(n_problems)
-    has_pair = torch.zeros(n_problems, dtype=torch.bool, device=theta.device)
     f, g = objective(theta, torch.arange(n_problems, device=theta.device))
     converged = g.abs().amax(dim=1) <= tol
-    running = ~converged
     n_iter = torch.zeros(n_problems, dtype=torch.long, device=theta.device)
     hit_time_cap = False
+    # The state of the running problems only, compacted whenever some stop (rarely), so that an iteration
+    # reads its history through views instead of gathering it: the same arithmetic, problem by problem.
+    active = (~converged).nonzero().squeeze(1)
+    theta_a, f_a, g_a = theta[active], f[active], g[active]
+    S = theta.new_zeros(m, len(active), dim)
+    Y = theta.new_zeros(m, len(active), dim)
+    rho = theta.new_zeros(m, len(active))
+    gamma = theta.new_ones(len(active))
+    has_pair = torch.zeros(len(active), dtype=torch.bool, device=theta.device)
     for it in range(max_iter):
-        idx = running.nonzero().squeeze(1)
-        if idx.numel() == 0:
+        if active.numel() == 0:
             break
         if time_cap_s is not None and time.perf_counter() - start > time_cap_s:
             hit_time_cap = True
             break
-        g_i = g[idx]
         # two-loop recursion: direction = -H g, newest pair first
-        direction = -g_i
+        direction = -g_a
         alphas = []
         for j in range(min(it, m)):
             slot = (it - 1 - j) % m
-            alpha = rho[slot, idx] * (S[slot, idx] * direction).sum(1)
-            direction = direction - alpha[:, None] * Y[slot, idx]
+            alpha = rho[slot] * (S[slot] * direction).sum(1)
+            direction = direction - alpha[:, None] * Y[slot]
             alphas.append((slot, alpha))
-        direction = gamma[idx, None] * direction
+        direction = gamma[:, None] * direction
         for slot, alpha in reversed(alphas):
-            beta = rho[slot, idx] * (Y[slot, idx] * direction).sum(1)
-            direction = direction + S[slot, idx] * (alpha - beta)[:, None]
-        slope = (g_i * direction).sum(1)
+            beta = rho[slot] * (Y[slot] * direction).sum(1)
+            direction = direction + S[slot] * (alpha - beta)[:, None]
+        slope = (g_a * direction).sum(1)
         uphill = slope >= 0
-        direction[uphill] = -g_i[uphill]
-        slope = torch.where(uphill, -(g_i * g_i).sum(1), slope)
+        direction[uphill] = -g_a[uphill]
+        slope = torch.where(uphill, -(g_a * g_a).sum(1), slope)
         # first step of a problem without curvature information: scale as torch.optim.LBFGS does
-        step = torch.where(has_pair[idx], torch.ones_like(slope), (1.0 / g_i.abs().sum(1)).clamp(max=1.0))
+        step = torch.where(has_pair, torch.ones_like(slope), (1.0 / g_a.abs().sum(1)).clamp(max=1.0))
         # backtracking line search on the Armijo condition, batched over the pending problems
         accepted = torch.zeros_like(uphill)
-        f_new, g_new = f[idx].clone(), g_i.clone()
+        f_new, g_new = f_a.clone(), g_a.clone()
         for _ in range(max_line_search):
             pending = (~accepted).nonzero().squeeze(1)
             if pending.numel() == 0:
                 break
-            f_try, g_try = objective(theta[idx[pending]] + step[pending, None] * direction[pending], idx[pending])
-            ok = f_try <= f[idx[pending]] + 1e-4 * step[pending] * slope[pending]
+            f_try, g_try = objective(theta_a[pending] + step[pending, None] * direction[pending], active[pending])
+            ok = f_try <= f_a[pending] + 1e-4 * step[pending] * slope[pending]
             f_new[pending[ok]], g_new[pending[ok]] = f_try[ok], g_try[ok]
             accepted[pending[ok]] = True
             step[pending[~ok]] *= 0.5
         # the curvature pair of this iteration goes into slot it % m (zero rho: skipped pair)
         slot = it % m
         s = step[:, None] * direction * accepted[:, None]
-        y = (g_new - g_i) * accepted[:, None]
+        y = (g_new - g_a) * accepted[:, None]
         sy, yy = (s * y).sum(1), (y * y).sum(1)
         good = accepted & (sy > _EPS * yy) & (yy > 0)  # scipy's relative test: tiny steps still count
-        S[slot, idx], Y[slot, idx] = s, y
-        rho[slot, idx] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
-        gamma[idx] = torch.where(good, sy / yy.clamp(min=1e-300), gamma[idx])
-        has_pair[idx] |= good
-        theta[idx] += s
-        f[idx], g[idx] = f_new, g_new
-        n_iter[idx] += 1
-        converged[idx] = g_new.abs().amax(dim=1) <= tol
-        running[idx] = ~converged[idx] & accepted  # a failed line search stalls the problem
+        S[slot], Y[slot] = s, y
+        rho[slot] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
+        gamma = torch.where(good, sy / yy.clamp(min=1e-300), gamma)
+        has_pair |= good
+        theta_a += s
+        f_a, g_a = f_new, g_new
+        n_iter[active] += 1
+        done = g_new.abs().amax(dim=1) <= tol
+        running = ~done & accepted  # a failed line search stalls the problem
+        if not bool(running.all()):  # write the stopped problems back, keep the running ones
+            stopped = ~running
+            theta[active[stopped]], converged[active[stopped]] = theta_a[stopped], done[stopped]
+            active, theta_a, f_a, g_a = active[running], theta_a[running], f_a[running], g_a[running]
+            S, Y, rho = S[:, running], Y[:, running], rho[:, running]
+            gamma, has_pair = gamma[running], has_pair[running]
+    theta[active] = theta_a  # those still running at the budget or the time cap (not converged)
     return theta, n_iter.cpu().numpy(), converged.cpu().numpy(), hit_time_cap
 
 

@@ -111,28 +111,43 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
         row = primary[dup].iloc[0]
         raise ProfileTableError("runs table: the primary run " + ", ".join(f"{k} {row[k]}" for k in key)
                                 + " appears more than once")
-    rows = []
-    for values, cell in primary.groupby(profile_key, sort=True):
-        at = dict(zip(profile_key, values))
-        where = "runs table, " + ", ".join(f"{k} {v}" for k, v in at.items())
-        clean = cell[cell["condition"] == CLEAN].set_index("label_fraction")
-        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
-        if CLEAN not in full.index or len(clean) < 2:
-            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
-                                    f"fraction, has fractions {sorted(clean.index)}")
-        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
-        if not any(is_perturbation(c) for c in conditions):
-            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
-        drops = full.loc[CLEAN, "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
-        row = at | {"auroc": full.loc[CLEAN, "auroc"], "ece": full.loc[CLEAN, ece_metric],
-                    "retention": retention(clean["auroc"].astype(float).to_dict()),
-                    "robustness": robustness(drops)}
-        if "family" in cell.columns:
-            row["family"] = cell["family"].iloc[0]
-        rows.append(row)
-    if not rows:
+    if primary.empty:
         wanted = {**PRIMARY, "probe": probe, "layer": layer or "any", "regime": regime or "any"}
         raise ProfileTableError("runs table: no primary runs (" + ", ".join(f"{k} {v}" for k, v in wanted.items())
                                 + ")")
+    # One pass over numpy arrays, cell by cell in the sorted key order (the multiverse calls this ~50 times)
+    grouped = primary.groupby(profile_key, sort=True)
+    cells = grouped.size().index.to_frame(index=False)
+    code = grouped.ngroup().to_numpy()
+    order = np.argsort(code, kind="stable")  # each cell's rows in their table order
+    starts = np.searchsorted(code[order], np.arange(len(cells) + 1))
+    fraction = primary["label_fraction"].to_numpy(float)[order]
+    condition = primary["condition"].to_numpy(object)[order]
+    auroc = primary["auroc"].to_numpy(float)[order]
+    ece = primary[ece_metric].to_numpy()[order]
+    kinds = {c: (c == CLEAN, is_perturbation(c), is_transfer(c)) for c in pd.unique(condition)}
+    clean, perturbed, transfer = (np.array([kinds[c][k] for c in condition], dtype=bool) for k in range(3))
+    full = fraction == 1.0
+    dropped = full & (perturbed | (transfer & include_transfer))
+    family = primary["family"].to_numpy(object)[order] if "family" in primary.columns else None
+    rows = []
+    for n, at in enumerate(cells.to_dict("records")):
+        cell = slice(starts[n], starts[n + 1])
+        where = "runs table, " + ", ".join(f"{k} {v}" for k, v in at.items())
+        on_clean = np.flatnonzero(clean[cell]) + starts[n]
+        reference = on_clean[full[on_clean]]
+        if reference.size == 0 or on_clean.size < 2:
+            raise ProfileTableError(f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller "
+                                    f"fraction, has fractions {sorted(fraction[on_clean])}")
+        if not (full[cell] & perturbed[cell]).any():
+            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
+        top = reference[0]
+        drops = auroc[top] - auroc[cell][dropped[cell]]
+        row = at | {"auroc": auroc[top], "ece": ece[top],
+                    "retention": retention(dict(zip(fraction[on_clean].tolist(), auroc[on_clean].tolist()))),
+                    "robustness": robustness(drops)}
+        if family is not None:
+            row["family"] = family[starts[n]]
+        rows.append(row)
     return pd.DataFrame(rows)
 

@@ -1,0 +1,221 @@
+"""Each speed-up of issue 29 that changes no number, timed beside the code it replaced, in one run.
+
+1. **The probe's L-BFGS** (:func:`crsrepro.fit.lbfgs.batched_lbfgs`) keeps the state of its running problems
+   only, compacted when some stop, instead of gathering every problem's curvature history on every
+   iteration (:func:`gathering_lbfgs`, the code it replaced, kept here as the baseline). Timed on the demo's
+   costliest kind of fit: an ISIC-like multinomial probe (8 classes, a rare class with too few val cases, so
+   C is cross-validated) at ``--dim`` features, five label fractions; the two must give bit-identical probes.
+2. **The reliability profiles** (:func:`crsrepro.score.dimensions.reliability_profiles`, which the multiverse
+   calls about 50 times) read one pass of numpy arrays instead of a pandas loop cell by cell
+   (:func:`per_cell_profiles`, the code it replaced); on a demo-sized runs table, they must give equal tables.
+
+Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2]`` (one torch thread, best CPU time)
+"""
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+import torch
+
+from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
+from crsrepro.core.schema import FINAL, FROZEN, is_perturbation, is_transfer
+from crsrepro.core.vocab import CLEAN, LINEAR
+from crsrepro.fit import lbfgs
+from crsrepro.fit.linear import fit_linear_probes
+from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
+
+_EPS = lbfgs._EPS
+
+
+def gathering_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_size=10, max_line_search=40):
+    """:func:`crsrepro.fit.lbfgs.batched_lbfgs` before issue 29: every iteration gathers the running problems'
+    state and history by index."""
+    start = time.perf_counter()
+    theta = theta.clone()
+    n_problems, dim = theta.shape
+    m = history_size
+    S = theta.new_zeros(m, n_problems, dim)
+    Y = theta.new_zeros(m, n_problems, dim)
+    rho = theta.new_zeros(m, n_problems)
+    gamma = theta.new_ones(n_problems)
+    has_pair = torch.zeros(n_problems, dtype=torch.bool, device=theta.device)
+    f, g = objective(theta, torch.arange(n_problems, device=theta.device))
+    converged = g.abs().amax(dim=1) <= tol
+    running = ~converged
+    n_iter = torch.zeros(n_problems, dtype=torch.long, device=theta.device)
+    hit_time_cap = False
+    for it in range(max_iter):
+        idx = running.nonzero().squeeze(1)
+        if idx.numel() == 0:
+            break
+        if time_cap_s is not None and time.perf_counter() - start > time_cap_s:
+            hit_time_cap = True
+            break
+        g_i = g[idx]
+        direction = -g_i
+        alphas = []
+        for j in range(min(it, m)):
+            slot = (it - 1 - j) % m
+            alpha = rho[slot, idx] * (S[slot, idx] * direction).sum(1)
+            direction = direction - alpha[:, None] * Y[slot, idx]
+            alphas.append((slot, alpha))
+        direction = gamma[idx, None] * direction
+        for slot, alpha in reversed(alphas):
+            beta = rho[slot, idx] * (Y[slot, idx] * direction).sum(1)
+            direction = direction + S[slot, idx] * (alpha - beta)[:, None]
+        slope = (g_i * direction).sum(1)
+        uphill = slope >= 0
+        direction[uphill] = -g_i[uphill]
+        slope = torch.where(uphill, -(g_i * g_i).sum(1), slope)
+        step = torch.where(has_pair[idx], torch.ones_like(slope), (1.0 / g_i.abs().sum(1)).clamp(max=1.0))
+        accepted = torch.zeros_like(uphill)
+        f_new, g_new = (f[idx].clone(), g_i.clone())
+        for _ in range(max_line_search):
+            pending = (~accepted).nonzero().squeeze(1)
+            if pending.numel() == 0:
+                break
+            f_try, g_try = objective(theta[idx[pending]] + step[pending, None] * direction[pending], idx[pending])
+            ok = f_try <= f[idx[pending]] + 0.0001 * step[pending] * slope[pending]
+            f_new[pending[ok]], g_new[pending[ok]] = (f_try[ok], g_try[ok])
+            accepted[pending[ok]] = True
+            step[pending[~ok]] *= 0.5
+        slot = it % m
+        s = step[:, None] * direction * accepted[:, None]
+        y = (g_new - g_i) * accepted[:, None]
+        sy, yy = ((s * y).sum(1), (y * y).sum(1))
+        good = accepted & (sy > _EPS * yy) & (yy > 0)
+        S[slot, idx], Y[slot, idx] = (s, y)
+        rho[slot, idx] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
+        gamma[idx] = torch.where(good, sy / yy.clamp(min=1e-300), gamma[idx])
+        has_pair[idx] |= good
+        theta[idx] += s
+        f[idx], g[idx] = (f_new, g_new)
+        n_iter[idx] += 1
+        converged[idx] = g_new.abs().amax(dim=1) <= tol
+        running[idx] = ~converged[idx] & accepted
+    return (theta, n_iter.cpu().numpy(), converged.cpu().numpy(), hit_time_cap)
+
+
+def per_cell_profiles(
+    runs: pd.DataFrame,
+    *,
+    include_transfer: bool = True,
+    robustness=robustness_raw,
+    retention=label_efficiency_retention,
+    ece_metric: str = "ece",
+    probe: str = LINEAR,
+    layer: str | None = FINAL,
+    regime: str | None = FROZEN,
+) -> pd.DataFrame:
+    """:func:`crsrepro.score.dimensions.reliability_profiles` before issue 29: a pandas loop, cell by cell."""
+    primary = select_runs(runs, probe=probe, layer=layer, regime=regime)
+    swept = [column for column, value in (("layer", layer), ("regime", regime)) if value is None]
+    profile_key = ["encoder", "dataset", "seed", *swept]
+    key = profile_key[:3] + ["label_fraction", "condition"] + swept
+    dup = primary.duplicated(key, keep=False)
+    if dup.any():
+        row = primary[dup].iloc[0]
+        raise ProfileTableError(
+            "runs table: the primary run " + ", ".join((f"{k} {row[k]}" for k in key)) + " appears more than once"
+        )
+    rows = []
+    for values, cell in primary.groupby(profile_key, sort=True):
+        at = dict(zip(profile_key, values))
+        where = "runs table, " + ", ".join((f"{k} {v}" for k, v in at.items()))
+        clean = cell[cell["condition"] == CLEAN].set_index("label_fraction")
+        full = cell[cell["label_fraction"] == 1.0].set_index("condition")
+        if CLEAN not in full.index or len(clean) < 2:
+            raise ProfileTableError(
+                f"{where}: needs the clean run at label_fraction 1.0 and at least one smaller fraction, has fractions {sorted(clean.index)}"
+            )
+        conditions = [c for c in full.index if is_perturbation(c) or (include_transfer and is_transfer(c))]
+        if not any((is_perturbation(c) for c in conditions)):
+            raise ProfileTableError(f"{where}: no perturbation run (<perturbation>@<severity>) at label_fraction 1.0")
+        drops = full.loc[CLEAN, "auroc"] - full.loc[conditions, "auroc"].to_numpy(float)
+        row = at | {
+            "auroc": full.loc[CLEAN, "auroc"],
+            "ece": full.loc[CLEAN, ece_metric],
+            "retention": retention(clean["auroc"].astype(float).to_dict()),
+            "robustness": robustness(drops),
+        }
+        if "family" in cell.columns:
+            row["family"] = cell["family"].iloc[0]
+        rows.append(row)
+    if not rows:
+        wanted = {**PRIMARY, "probe": probe, "layer": layer or "any", "regime": regime or "any"}
+        raise ProfileTableError(
+            "runs table: no primary runs (" + ", ".join((f"{k} {v}" for k, v in wanted.items())) + ")"
+        )
+    return pd.DataFrame(rows)
+
+
+def best_cpu(func, repeats):
+    best, out = np.inf, None
+    for _ in range(repeats):
+        start = time.process_time()
+        out = func()
+        best = min(best, time.process_time() - start)
+    return best, out
+
+
+def isic_like_probes(dim, solver):
+    """Five label fractions of an 8-class probe whose rarest class has 3 val cases (C cross-validated)."""
+    rng = np.random.default_rng(0)
+    n_train, n_val, k = 660, 300, 8
+    prior = np.array([0.45, 0.2, 0.12, 0.1, 0.06, 0.04, 0.02, 0.01])
+    y = rng.choice(k, size=n_train + n_val, p=prior)
+    y[:k], y[n_train:n_train + 3] = np.arange(k), k - 1
+    centres = rng.normal(size=(k, dim))
+    X = centres[y] * 0.4 + rng.normal(size=(len(y), dim))
+    subsets = {f: np.arange(max(k, int(f * n_train))) for f in (0.01, 0.05, 0.10, 0.25, 1.0)}
+    original = lbfgs.batched_lbfgs
+    lbfgs.batched_lbfgs = solver
+    try:
+        return fit_linear_probes(X[:n_train], y[:n_train], subsets, X[n_train:], y[n_train:], task="multiclass",
+                                 max_iter=100, progress=False)
+    finally:
+        lbfgs.batched_lbfgs = original
+
+
+def demo_sized_runs(n_encoders=10, datasets=("isic2019", "aptos2019", "chexpert"), n_seeds=5):
+    rng = np.random.default_rng(0)
+    conditions = [CLEAN] + [f"{p}@{s}" for p in ("gaussian_blur", "jpeg", "contrast", "rician_noise", "fov_crop")
+                            for s in (1, 2, 3)]
+    rows = []
+    for e in range(n_encoders):
+        for d in datasets:
+            for seed in range(n_seeds):
+                for f in (0.01, 0.05, 0.10, 0.25, 1.0):
+                    for c in (conditions + (["mimic_cxr"] if d == "chexpert" else []) if f == 1.0 else [CLEAN]):
+                        rows.append(dict(encoder=f"enc{e}", family="f", dataset=d, seed=seed, label_fraction=f,
+                                         condition=c, probe=LINEAR, layer=FINAL, regime=FROZEN, recalibrator="none",
+                                         auroc=0.6 + 0.3 * rng.random(), ece=0.2 * rng.random()))
+    return pd.DataFrame(rows)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dim", type=int, default=128, help="feature dimension of the probe (effnet-lite0: 1280)")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    before, old = best_cpu(lambda: isic_like_probes(args.dim, gathering_lbfgs), args.repeats)
+    after, new = best_cpu(lambda: isic_like_probes(args.dim, lbfgs.batched_lbfgs), args.repeats)
+    same = all(old[f].C_ == new[f].C_ and np.array_equal(old[f].coef_, new[f].coef_)
+               and np.array_equal(old[f].intercept_, new[f].intercept_) for f in old)
+    print(f"linear probe, 8 classes x {args.dim}-d, 5 fractions, C cross-validated: gathering L-BFGS {before:.2f} s, "
+          f"compacted {after:.2f} s ({before / after:.2f}x); probes {'bit-identical' if same else 'DIFFER'}")
+
+    runs = demo_sized_runs()
+    before, old = best_cpu(lambda: per_cell_profiles(runs), args.repeats)
+    after, new = best_cpu(lambda: reliability_profiles(runs), args.repeats)
+    equal = old.equals(new)
+    print(f"reliability profiles, {len(old)} cells x seeds from {len(runs)} runs: per-cell loop {before:.3f} s, "
+          f"one pass {after:.3f} s ({before / after:.1f}x); tables {'equal' if equal else 'DIFFER'}")
+
+
+if __name__ == "__main__":
+    main()
