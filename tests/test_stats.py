@@ -292,3 +292,17 @@ def test_seed_variance_and_its_check():
     assert not has_seed_variance(per_seed[per_seed["seed"] == 0])  # one seed: no variance to speak of
     with pytest.raises(ProfileTableError, match="missing column seed"):
         seed_variance(per_seed.drop(columns="seed"))
+
+
+def test_an_ece_interval_never_goes_below_zero_and_still_holds_its_estimate():
+    """A small, well-calibrated ECE: the basic interval's bias correction would print a negative bound
+    (chapter 09 showed ``after 0.031 [-0.008, 0.063]``); an ECE value is floored at 0, an ECE change is not."""
+    from crsrepro.score.stats import bootstrap_interval
+
+    replicates = np.array([0.02, 0.03, 0.05, 0.06, 0.08])  # resampling inflates a binned ECE
+    unfloored = bootstrap_interval(0.03, replicates, level=0.9, method="basic")
+    assert unfloored[1] < 0
+    estimate, low, high = bootstrap_interval(0.03, replicates, level=0.9, method="basic", floor=0.0)
+    assert 0.0 == low <= estimate <= high and high == unfloored[2]
+    change = bootstrap_interval(-0.01, replicates - 0.05, level=0.9, method="basic")
+    assert change[1] < 0  # a change may be negative

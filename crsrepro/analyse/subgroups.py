@@ -199,7 +199,7 @@ def subgroup_metrics(labels: np.ndarray, probs: dict, groups: pd.DataFrame, *, t
     for m in METRICS:
         plug_in = values[m][..., 0].ravel()
         estimate, low, high = bootstrap_interval(plug_in, values[m][..., 1:].reshape(len(plug_in), -1).T, level,
-                                                 method=INTERVAL_METHODS[m])
+                                                 method=INTERVAL_METHODS[m], floor=0.0 if m == "ece" else None)
         rows |= {m: estimate, f"{m}_ci_low": low, f"{m}_ci_high": high, f"{m}_plug_in": plug_in}
     out = pd.DataFrame(rows)[[c for c in COLUMNS if c != "dataset"]]
     out.attrs["skipped"] = skipped

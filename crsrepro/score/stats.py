@@ -202,8 +202,8 @@ def rank_agreement(a: Mapping[str, float], b: Mapping[str, float]) -> RankAgreem
 INTERVAL_METHODS = ("percentile", "basic")
 
 
-def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
-                       method: str = "percentile") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def bootstrap_interval(estimate, replicates, level: float = 0.95, *, method: str = "percentile",
+                       floor: float | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The book's bootstrap interval (DESIGN.md section 10): an interval that always holds its estimate.
 
     With the plug-in estimate ``t`` and the replicates' quantiles ``q_lo, q_med, q_hi`` (at
@@ -223,7 +223,10 @@ def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
       interval **[ours: the median, not the mean, estimates the bias, so the estimate always lies in
       its interval]**.
 
-    Both intervals contain their estimate by construction (``q_lo <= q_med <= q_hi``).
+    Both intervals contain their estimate by construction (``q_lo <= q_med <= q_hi``). A statistic that
+    cannot fall below ``floor`` (an ECE value, not an ECE change: ``floor=0``) has its estimate and bounds
+    raised to it, which keeps the estimate inside: the bias correction of a small, well-calibrated ECE can
+    otherwise print a negative one.
 
     Parameters
     ----------
@@ -234,6 +237,8 @@ def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
         class in the resample) are left out.
     level : float, default 0.95
     method : {"percentile", "basic"}, default "percentile"
+    floor : float or None, default None
+        The statistic's smallest possible value (0 for an ECE); None: no floor.
 
     Returns
     -------
@@ -246,6 +251,8 @@ def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
     [0.1, 0.09, 0.11]
     >>> [round(float(v), 3) for v in bootstrap_interval(0.10, reps, level=0.5, method="basic")]
     [0.06, 0.05, 0.07]
+    >>> [round(float(v), 3) for v in bootstrap_interval(0.01, reps, level=0.5, method="basic", floor=0)]
+    [0.0, 0.0, 0.0]
     """
     check_level(level)
     if method not in INTERVAL_METHODS:
@@ -254,18 +261,20 @@ def bootstrap_interval(estimate, replicates, level: float = 0.95, *,
     reps = np.asarray(replicates, float).reshape(-1, *t.shape)
     q_lo, q_med, q_hi = np.nanquantile(reps, [(1 - level) / 2, 0.5, (1 + level) / 2], axis=0)
     if method == "basic":
-        return 2 * t - q_med, 2 * t - q_hi, 2 * t - q_lo
-    return t, t + q_lo - q_med, t + q_hi - q_med
+        out = 2 * t - q_med, 2 * t - q_hi, 2 * t - q_lo
+    else:
+        out = t, t + q_lo - q_med, t + q_hi - q_med
+    return out if floor is None else tuple(np.maximum(part, floor) for part in out)
 
 
 def interval_table(estimate: pd.Series, replicates: pd.DataFrame, level: float = 0.95, *,
-                   method: str = "percentile") -> pd.DataFrame:
+                   method: str = "percentile", floor: float | None = None) -> pd.DataFrame:
     """By index of ``estimate``: ``estimate, ci_low, ci_high`` (:func:`bootstrap_interval`) and the
     ``plug_in`` (the same as ``estimate`` unless ``method="basic"``); ``replicates`` has one column per
     index entry."""
     columns = estimate.index
     est, low, high = bootstrap_interval(estimate.to_numpy(float), replicates[columns].to_numpy(float), level,
-                                        method=method)
+                                        method=method, floor=floor)
     return pd.DataFrame({"estimate": est, "ci_low": low, "ci_high": high, "plug_in": estimate.to_numpy(float)},
                         index=columns)
 
@@ -318,9 +327,9 @@ class BootstrapReplicates:
         return PairedDifference(a=a, b=b, estimate=float(est), ci_low=float(low), ci_high=float(high), level=level,
                                 n_resamples=self.n_resamples, plug_in=plug_in)
 
-    def interval(self, level: float = 0.95, *, method: str = "percentile") -> pd.DataFrame:
+    def interval(self, level: float = 0.95, *, method: str = "percentile", floor: float | None = None) -> pd.DataFrame:
         """By encoder: ``estimate, ci_low, ci_high, plug_in`` (:func:`interval_table`)."""
-        return interval_table(self.estimate, self.replicates, level, method=method)
+        return interval_table(self.estimate, self.replicates, level, method=method, floor=floor)
 
 
 @dataclass(frozen=True)
@@ -714,7 +723,7 @@ class TwoLevelBootstrapResult:
     def summary(self, level: float = 0.95) -> pd.DataFrame:
         """By encoder: ``auroc, auroc_ci_low, auroc_ci_high, auroc_plug_in`` and the same for ``ece`` (:func:`bootstrap_interval`)."""
         parts = [self.auroc.interval(level).add_prefix("auroc_"),
-                 self.ece.interval(level, method="basic").add_prefix("ece_")]
+                 self.ece.interval(level, method="basic", floor=0.0).add_prefix("ece_")]
         out = pd.concat(parts, axis=1).rename(columns={"auroc_estimate": "auroc", "ece_estimate": "ece"})
         out.index.name = "encoder"
         return out
@@ -906,7 +915,8 @@ class CrsBootstrapResult(SeedBootstrapResult):
         out = pd.DataFrame(index=index)
         for k, dim in enumerate(DIMENSIONS):
             est, low, high = bootstrap_interval(self.profiles[:, k], self.profile_replicates[:, :, k], level,
-                                                method="basic" if dim == "ece" else "percentile")
+                                                method="basic" if dim == "ece" else "percentile",
+                                                floor=0.0 if dim == "ece" else None)
             out[dim], out[f"{dim}_ci_low"], out[f"{dim}_ci_high"] = est, low, high
             out[f"{dim}_plug_in"], out[f"{dim}_width"] = self.profiles[:, k], high - low
         return out.sort_index()

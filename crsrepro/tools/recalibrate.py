@@ -371,9 +371,9 @@ class Interval:
     ci_high: float
 
     @classmethod
-    def of(cls, plug_in, replicates, method, level=LEVEL) -> "Interval":
+    def of(cls, plug_in, replicates, method, level=LEVEL, floor=None) -> "Interval":
         """:func:`crsrepro.score.stats.bootstrap_interval` of a plug-in estimate and its replicates."""
-        return cls(*map(float, bootstrap_interval(plug_in, replicates, level, method=method)))
+        return cls(*map(float, bootstrap_interval(plug_in, replicates, level, method=method, floor=floor)))
 
     def __str__(self):
         return f"{self.estimate:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
@@ -529,7 +529,7 @@ def _before_after(labels, before, after, *, seed):
     for metric, result, method in (("ece", boot.ece, ECE_INTERVAL), ("auroc", boot.auroc, "percentile")):
         t, reps = result.estimate, result.replicates
         for name in ("before", "after"):
-            out[f"{metric}_{name}"] = Interval.of(t[name], reps[name], method)
+            out[f"{metric}_{name}"] = Interval.of(t[name], reps[name], method, floor=0.0 if metric == "ece" else None)
         out[f"{metric}_change"] = Interval.of(t["after"] - t["before"], reps["after"] - reps["before"], method)
     return out
 
