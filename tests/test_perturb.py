@@ -217,3 +217,24 @@ def test_perturbation_strength_lists_the_profile_s_perturbations_at_its_canonica
     paper_only = load_profile("smoke", overrides={"noise_model": {}})
     smoke = perturbation_strength(SimpleNamespace(profile=paper_only))   # its demo world stores 64-px images
     assert set(smoke["perturbation"]) == set(PERTURBATIONS) and smoke["px at 64"].iloc[0] == "0.29 / 0.86 / 1.71"
+
+
+def test_the_grid_scores_each_dataset_s_noise_model_and_the_crs_leaves_it_out():
+    """Issue 27.3: a profile's ``noise_model`` reaches the grid (the dataset's test features and its probes'
+    conditions), and the paper-faithful runs (:func:`crsrepro.score.frame.scored_runs`) leave it out."""
+    from crsrepro.profiles import load_profile
+    from crsrepro.run.views import conditions_for
+    from crsrepro.score.frame import scored_runs
+
+    profile = load_profile("smoke", overrides={"noise_model": {"chexpert": "poisson_gaussian"}})
+    assert conditions_for(profile, "chexpert")[-3:] == ["poisson_gaussian@1", "poisson_gaussian@3", "mimic_cxr"]
+    assert not any(c.startswith("poisson_gaussian") for c in conditions_for(profile, "isic2019"))
+    assert load_profile("demo").noise_model == {"isic2019": "sensor_noise", "aptos2019": "sensor_noise",
+                                                "chexpert": "poisson_gaussian"}
+    rows = [dict(encoder="e", family="f", dataset="chexpert", seed=0, label_fraction=1.0, probe="linear", layer="final",
+                 regime="frozen", recalibrator="none", condition=c, metric="auroc", value=0.8)
+            for c in ("clean", "rician_noise@1", "poisson_gaussian@1", "mimic_cxr")]
+    import pandas as pd
+
+    kept = scored_runs(profile, pd.DataFrame(rows))["condition"].tolist()
+    assert sorted(kept) == ["clean", "mimic_cxr", "rician_noise@1"]

@@ -86,10 +86,10 @@ def test_every_training_parameter_enters_the_lora_keys():
 
 def test_the_lora_key_of_todays_defaults_is_the_one_cached_row_sets_carry():
     """Written out: the key of a LoRA plan (since issue 27.2: linear probe, then fine-tune, with warm-up,
-    cosine decay and early stopping; lora.VERSION 3: checkpoints keyed by the head's starting weights)."""
+    cosine decay and early stopping; lora.VERSION 4: the tie-breaking val log-loss in float64)."""
     before = content_key(stage="lora", unit="u", fraction=0.25, epochs=2, warmup_epochs=1, patience=3, rank=8,
                          alpha=16, dropout=0.0, lr=1e-3, weight_decay=1e-2, batch_size=32, accumulation_steps=1,
-                         target_modules=["conv1", "conv2"], version=3, head="the frozen linear probe",
+                         target_modules=["conv1", "conv2"], version=4, head="the frozen linear probe",
                          optimiser="AdamW", schedule="linear warm-up, cosine decay to zero",
                          budget="steps of epochs x the full-label train split",
                          early_stopping="val macro AUROC, ties to the lower log-loss, epoch 0 the probe, best restored")
@@ -112,11 +112,12 @@ def test_adapt_trains_what_the_parameters_say():
 #: keys by issue 27.2 (linear probe, then fine-tune: lora.VERSION 2 and the recipe's fields); every key by
 #: CACHE_VERSION 6 and PERTURBATION_VERSION 2 (size-relative blur, in the perturbed feature keys); every key by
 #: CACHE_VERSION 7 (FINISH_FACTOR really 50: version 6 was keyed while the code still finished at 10x); the lora
-#: keys by lora.VERSION 3 (checkpoints keyed by the head's starting weights).
+#: keys by lora.VERSION 3 (checkpoints keyed by the head's starting weights); the lora keys by lora.VERSION 4
+#: (the val log-loss that breaks epoch ties in float64).
 KEYS_BEFORE = {
     "grid": (8, "2ee503774ea76df0fdb9f4c0c5572382d5fd77f186052e3e2a1c5e5b99e8cd21"),
     "depth": (8, "0bdb135dbc9498c582843ef0f901e4814c43ee99c8174a6bfb13c7cfddd712c4"),
-    "lora": (4, "d75868050414368544e7a73439c980a5be2b3461472a2b9e79d23e5e34e54de3"),
+    "lora": (4, "e5239fdd8cbb556cf720004ff05745c6e014da31b4180f20718387171ba32a37"),
 }
 TINY = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.random_cnn", "demo.color_histogram"],
         "seeds": [0, 1], "label_fractions": [0.25, 1.0], "perturbations": ["jpeg"], "severities": [2],

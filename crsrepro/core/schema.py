@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from crsrepro.core.vocab import CLEAN, LINEAR, NO_RECALIBRATION, PERTURBATIONS, SEVERITIES
+from crsrepro.core.vocab import CLEAN, EXTRA_PERTURBATIONS, LINEAR, NO_RECALIBRATION, PERTURBATIONS, SEVERITIES
 
 #: The columns that identify one row of the results table.
 RUN_KEYS = ["encoder", "family", "dataset", "seed", "label_fraction", "condition", "probe", "layer", "regime",
@@ -70,8 +70,9 @@ class Condition:
     severity: int = 0
 
     @classmethod
-    def parse(cls, text: str, *, perturbations=PERTURBATIONS) -> "Condition":
-        """Read a condition string; a ``name@severity`` must name one of ``perturbations`` at 1, 2 or 3."""
+    def parse(cls, text: str, *, perturbations=PERTURBATIONS + EXTRA_PERTURBATIONS) -> "Condition":
+        """Read a condition string; a ``name@severity`` must name one of ``perturbations`` (default: the
+        paper's five and the modality noise models a profile's ``noise_model`` may select) at 1, 2 or 3."""
         text = str(text)
         name, sep, severity = text.partition("@")
         if not sep:

@@ -256,7 +256,7 @@ def apply_condition(image: np.ndarray, condition: str, image_id: str) -> np.ndar
     Any other condition (a transfer set such as ``mimic_cxr``, a typo) raises a ValueError.
     """
     try:
-        parsed = Condition.parse(condition, perturbations=_KNOWN)
+        parsed = Condition.parse(condition)
     except ValueError:
         parsed = None
     if parsed is None or parsed.is_transfer:

@@ -470,7 +470,7 @@ def log_loss(y, probs, *, task) -> float:
     >>> round(log_loss(np.array([0, 1]), np.array([[0.8, 0.2], [0.5, 0.5]]), task="multiclass"), 4)
     0.4581
     """
-    p = np.clip(probs, 1e-15, 1 - 1e-15)
+    p = np.clip(np.asarray(probs, dtype=np.float64), 1e-15, 1 - 1e-15)  # in float32, 1 - 1e-15 is 1: log(0)
     if task == "multiclass":
         return float(-np.mean(np.log(p[np.arange(len(y)), y])))
     observed = ~np.isnan(y)

@@ -86,8 +86,10 @@ STAGE = "lora"
 #: The version of what a fine-tune computes beyond its :class:`LoraParams` fields (the head's start, the
 #: schedule's shape, the early-stopping rule, the training metrics); it enters both keys. 2: linear
 #: probe, then fine-tune (issue 27.2); 3: the checkpoint key names the head's starting weights
-#: (:func:`probe_weights_key`), so checkpoints trained from another probe are never resumed.
-VERSION = 3
+#: (:func:`probe_weights_key`), so checkpoints trained from another probe are never resumed; 4: the val
+#: log-loss that breaks AUROC ties between epochs is computed in float64 (the head's float32
+#: probabilities gave log(0) and NaN).
+VERSION = 4
 #: The metrics a LoRA row-set adds on its clean, unrecalibrated row: the epoch early stopping restored
 #: (0: the frozen probe), the epochs trained before it stopped, and the val macro AUROC at epoch 0 and at
 #: the epoch restored.

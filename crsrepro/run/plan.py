@@ -194,7 +194,6 @@ def plan(profile: Profile | str) -> Plan:
     from crsrepro.run.views import conditions_for
 
     profile = as_profile(profile)
-    conditions = profile.conditions()
     images = []
     for dataset in profile.all_datasets():
         total, source = _dataset_images(profile, dataset)
@@ -209,7 +208,8 @@ def plan(profile: Profile | str) -> Plan:
     forward = []
     for encoder, dataset in the_cells:
         spec, row = get_encoder_spec(encoder), images.loc[dataset]
-        arrays = [(dataset, "clean (pool)", row.train + row.val)] + [(dataset, c, row.test) for c in conditions]
+        arrays = [(dataset, "clean (pool)", row.train + row.val)] + [(dataset, c, row.test)
+                                                                for c in profile.conditions(dataset)]
         arrays += [(t, "clean (transfer)", images.loc[t].total) for t in profile.transfer_targets(dataset)]
         forward += [{"encoder": encoder, "dataset": d, "condition": c, "images": int(n), "dim": spec.embed_dim,
                      "disk_bytes": int(n) * spec.embed_dim * 4} for d, c, n in arrays]
@@ -236,7 +236,7 @@ def plan(profile: Profile | str) -> Plan:
         fine_tunes = lora_seeds * len(lora_fractions) * ((encoder, dataset) in lora_cells)
         # the fixed step budget: every fraction trains lora.epochs passes' worth of the full train split
         seen = fine_tunes * profile.lora.epochs * math.ceil(row.train / LORA["batch_size"]) * LORA["batch_size"]
-        scored = fine_tunes * (row.test * len(conditions) + row.val
+        scored = fine_tunes * (row.test * len(profile.conditions(dataset)) + row.val
                                + sum(images.loc[t].total for t in profile.transfer_targets(dataset)))
         lora_images_by_encoder[encoder] = lora_images_by_encoder.get(encoder, 0) + seen
         lora_scored_by_encoder[encoder] = lora_scored_by_encoder.get(encoder, 0) + scored

@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 
 def conditions_for(profile: Profile, dataset: str) -> list[str]:
-    """The conditions a probe trained on ``dataset`` is scored under (clean, perturbations, transfers)."""
-    return profile.conditions() + list(profile.transfer_targets(dataset))
+    """The conditions a probe trained on ``dataset`` is scored under (clean, perturbations, the dataset's
+    noise model where the profile's ``noise_model`` names one, transfers)."""
+    return profile.conditions(dataset) + list(profile.transfer_targets(dataset))
 
 
 @dataclass

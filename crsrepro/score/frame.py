@@ -19,6 +19,7 @@ from crsrepro.core import __version__
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import git_hash, manifest_dir as default_manifest_dir
 from crsrepro.core.schema import GRID_COLUMNS, PRIMARY, is_transfer
+from crsrepro.core.vocab import EXTRA_PERTURBATIONS
 from crsrepro.profiles import Profile, as_profile
 from crsrepro.run.grid import GridStage, enumerate_runs
 from crsrepro.run.results import results_hash, runs_table
@@ -35,9 +36,12 @@ def frame_path(profile: Profile, manifest_dir: Path | None = None) -> Path:
 def scored_runs(profile: Profile, results: pd.DataFrame) -> pd.DataFrame:
     """The runs table (:func:`crsrepro.run.results.runs_table`) that the reliability profiles are computed
     from: every run but those of the transfer sets the profile keeps out of robustness
-    (``robustness_transfer``: NIH ChestX-ray14 is scored, MIMIC-CXR enters robustness)."""
+    (``robustness_transfer``: NIH ChestX-ray14 is scored, MIMIC-CXR enters robustness) and those of the
+    modality-apt noise models (``noise_model``, beyond the paper: reported beside Rician in chapter 04,
+    kept out of the paper-faithful robustness and CRS)."""
     runs = runs_table(results)
-    kept = runs["condition"].map(lambda c: not is_transfer(c) or c in profile.robustness_transfer)
+    kept = runs["condition"].map(lambda c: (not is_transfer(c) or c in profile.robustness_transfer)
+                                 and c.partition("@")[0] not in EXTRA_PERTURBATIONS)
     return runs[kept].reset_index(drop=True)
 
 
