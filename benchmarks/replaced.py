@@ -20,7 +20,7 @@ import pandas as pd
 import torch
 
 from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
-from crsrepro.core.schema import FINAL, FROZEN, is_perturbation, is_transfer
+from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, is_perturbation, is_transfer
 from crsrepro.core.vocab import CLEAN, LINEAR
 from crsrepro.fit import lbfgs
 from crsrepro.fit.linear import fit_linear_probes

@@ -75,7 +75,8 @@ def feature_requests(profile: Profile, view: DatasetView) -> dict[str, FeatureRe
     and each transfer set (clean, at the canonical size) [ours: DESIGN.md section 6]."""
     size = canonical_size(profile)
     requests = {"pool": FeatureRequest(view.name, view.images_key, view.pool.images, (CLEAN,), None),
-                "test": FeatureRequest(view.name, view.images_key, view.test.images, tuple(profile.conditions(view.name)), size)}
+                "test": FeatureRequest(view.name, view.images_key, view.test.images,
+                                       tuple(profile.conditions(view.name)), size)}
     for transfer in view.transfers:
         requests[transfer.name] = FeatureRequest(transfer.name, transfer.images_key, transfer.split.images,
                                                  (CLEAN,), size)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
-from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, RUN_COLUMNS, is_perturbation, is_transfer
+from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, RUN_COLUMNS, is_perturbation
 from crsrepro.core.vocab import CLEAN, LINEAR
 
 
@@ -125,8 +125,9 @@ def reliability_profiles(runs: pd.DataFrame, *, include_transfer: bool = True, r
     condition = primary["condition"].to_numpy(object)[order]
     auroc = primary["auroc"].to_numpy(float)[order]
     ece = primary[ece_metric].to_numpy()[order]
-    kinds = {c: (c == CLEAN, is_perturbation(c), is_transfer(c)) for c in pd.unique(condition)}
-    clean, perturbed, transfer = (np.array([kinds[c][k] for c in condition], dtype=bool) for k in range(3))
+    clean = condition == CLEAN
+    perturbed = pd.Series(condition).map({c: is_perturbation(c) for c in pd.unique(condition)}).to_numpy(bool)
+    transfer = ~clean & ~perturbed  # crsrepro.core.schema.is_transfer: neither clean nor perturbed
     full = fraction == 1.0
     dropped = full & (perturbed | (transfer & include_transfer))
     family = primary["family"].to_numpy(object)[order] if "family" in primary.columns else None

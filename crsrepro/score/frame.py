@@ -18,7 +18,7 @@ import pandas as pd
 from crsrepro.core import __version__
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.io import git_hash, manifest_dir as default_manifest_dir
-from crsrepro.core.schema import GRID_COLUMNS, PRIMARY, is_transfer
+from crsrepro.core.schema import GRID_COLUMNS, PRIMARY, Condition, is_transfer
 from crsrepro.core.vocab import EXTRA_PERTURBATIONS
 from crsrepro.profiles import Profile, as_profile
 from crsrepro.run.grid import GridStage, enumerate_runs
@@ -41,7 +41,7 @@ def scored_runs(profile: Profile, results: pd.DataFrame) -> pd.DataFrame:
     kept out of the paper-faithful robustness and CRS)."""
     runs = runs_table(results)
     kept = runs["condition"].map(lambda c: (not is_transfer(c) or c in profile.robustness_transfer)
-                                 and c.partition("@")[0] not in EXTRA_PERTURBATIONS)
+                                 and Condition.parse(c).perturbation not in EXTRA_PERTURBATIONS)
     return runs[kept].reset_index(drop=True)
 
 
