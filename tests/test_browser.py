@@ -18,14 +18,18 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking")
 #: LaTeX that MathJax would have typeset; seen in the page's prose it means math did not render.
 RAW_LATEX = re.compile(r"\\\[|\\\]|\\\(|\\\)|\$\$|\\(?:mathrm|frac|sum|operatorname|begin|text)\b")
-#: Seconds to wait for MathJax to finish typesetting a page.
-MATHJAX_TIMEOUT = 30
+#: Seconds to wait for a page to load and MathJax to finish typesetting it (CI machines are slow at times).
+MATHJAX_TIMEOUT = 60
 
-# Runs in the page: waits for MathJax (when the page loads it), then reports what a reader would see.
+# Runs in the page: waits until the document is parsed and MathJax (when the page loads it) has typeset,
+# then reports what a reader would see. Any error on the way is reported, never left to a timeout.
 INSPECT_PAGE = """
 const done = arguments[arguments.length - 1];
-const typeset = (window.MathJax && MathJax.startup) ? MathJax.startup.promise : Promise.resolve();
-typeset.then(() => {
+const parsed = new Promise(resolve => {
+  const check = () => (document.readyState === "complete" && document.body) ? resolve() : setTimeout(check, 50);
+  check();
+});
+parsed.then(() => (window.MathJax && MathJax.startup) ? MathJax.startup.promise : null).then(() => {
   const main = document.querySelector("main") || document.body;
   const prose = main.cloneNode(true);
   prose.querySelectorAll("pre, code, script, style, mjx-container").forEach(e => e.remove());
@@ -38,7 +42,7 @@ typeset.then(() => {
                    .map(e => e.textContent.trim().slice(0, 200)),
     glued: Array.from(main.querySelectorAll(".pasted-text")).map(e => e.textContent.trim()),
   });
-}, err => done({error: String(err)}));
+}).catch(err => done({error: String(err)}));
 """
 
 
@@ -70,9 +74,11 @@ def page_problems(driver, url: str) -> list[str]:
     try:
         seen = driver.execute_async_script(INSPECT_PAGE)
     except TimeoutException:
+        driver.get_log("browser")  # this page's console entries stay with it, not with the next page
         return [f"MathJax did not finish typesetting within {MATHJAX_TIMEOUT} s"]
     if "error" in seen:
-        return [f"MathJax failed: {seen['error']}"]
+        driver.get_log("browser")
+        return [f"the page could not be inspected (MathJax or the page script failed): {seen['error']}"]
     problems = [f"broken image {src}" for src in seen["broken_images"]]
     problems += [f"math not typeset: {text!r}" for text in seen["untypeset_math"]]
     prose = " ".join(seen["prose"].split())
