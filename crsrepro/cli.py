@@ -59,7 +59,9 @@ ACTS = {
     "plan": "May: read the profile and the encoder registry. Needs no data and writes nothing.",
     "check-weights": "May: read local weights on the CPU. Never downloads, writes nothing.",
     "dry-run": "May: read the real images; write one encoder's checkpoint of random weights at a time to the "
-               "temporary folder (removed after it). Never downloads, writes no result.",
+               "scratch folder (removed after it), then the grid's profile, random checkpoints, features, "
+               "results, frame and executed chapter there (--scratch, default a new folder in the temporary "
+               "folder; it says which). Never downloads, writes nothing in the checkout or $CRSREPRO_HOME.",
     "recalibrate": "May: read --scores (and --apply) and write --out, its .map.json and its .reliability.png; "
                    "never an input, and an existing file only with --overwrite.",
     "quality-check": "May: read the images (and --reference) and write the --out csv when given.",
@@ -174,7 +176,8 @@ def _cmd_check_weights(args) -> None:
 def _cmd_dry_run(args) -> None:
     from crsrepro.tools.dry_run import dry_run
 
-    dry_run(args.profile, images_root=args.images, encoders=args.encoder, lora_images=args.lora_images)
+    dry_run(args.profile, images_root=args.images, encoders=args.encoder, lora_images=args.lora_images,
+            scratch=args.scratch, grid=not args.no_grid, book_root=args.book_root)
 
 
 def _cmd_recalibrate(args) -> None:
@@ -305,11 +308,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("dry-run", _cmd_dry_run, "build the profile's paper architectures at real size with random weights "
             "(nothing downloaded) and run native-size extraction of every depth tap, one LoRA step, a probe, a "
             "recalibrator, the scores and the CRS on a handful of real images per domain; report peak memory, "
-            "CPU images/s and the planner's GPU estimate per encoder")
+            "CPU images/s and the planner's GPU estimate per encoder; then run the grid on two of them and "
+            "execute one chapter on its results", book_root=True)
     p.add_argument("--images", type=Path, default=None,
                    help="folder holding nih_cxr14/, kermany/ and isic2017/ (default: $CRSREPRO_DATA)")
     p.add_argument("--encoder", action="append", default=None, help="a subset of the profile's encoders (repeatable)")
     p.add_argument("--lora-images", type=int, default=1, help="images in the one LoRA step (0: no LoRA step)")
+    p.add_argument("--scratch", type=Path, default=None,
+                   help="where the checkpoints, the grid and the executed chapter go (default: a new temporary folder)")
+    p.add_argument("--no-grid", action="store_true", help="leave out the grid on two encoders and the chapter")
     p = add("recalibrate", _cmd_recalibrate, "recalibrate a local cohort's model outputs (multi-class; "
             "multi-label outputs are out of scope) and report ECE and AUROC before and after")
     p.add_argument("--scores", type=Path, required=True, help="csv: one score column per class and a label column")

@@ -75,8 +75,9 @@ KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
 def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
-                     progress: bool = True, inputs_key: str | None = None) -> float:
-    """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/``; return seconds taken.
+                     progress: bool = True, inputs_key: str | None = None, output: Path | None = None) -> float:
+    """Execute ``notebooks/<name>.ipynb`` for ``profile`` into ``book/_generated/`` (or to ``output``, a
+    notebook path outside the book: the dry run's chapter); return seconds taken.
 
     The notebook runs with ``book_root`` as its working directory, so relative profile paths
     (``.crsrepro/...``, ``data_manifests/``) resolve as they do for the CLI. ``inputs_key`` (from
@@ -87,7 +88,7 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
 
     book_root = _check_book_root(book_root)
     source = _source(book_root, name)
-    target = book_root / GENERATED / f"{name}.ipynb"
+    target = Path(output) if output is not None else book_root / GENERATED / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},

@@ -29,18 +29,26 @@ For each encoder of the profile, in its own process (so that its peak memory is 
    images and random weights these numbers mean nothing: the dry run proves that the code runs at the
    real sizes and dimensions. Retention and robustness need the label-fraction and perturbation runs,
    which a dry run does not do: they enter the CRS as 1.0 [dry run only].
+5. **The grid and one chapter** (:func:`grid_and_chapter`): the run grid itself (:func:`crsrepro.run.grid.
+   run_grid`: extraction with its feature cache, two perturbations, two label fractions, two seeds, the
+   linear probe with its four recalibrators), on :data:`GRID_ENCODERS` at real size, each read by its own
+   builder from a random checkpoint in its release layout, on small subsamples of the three stand-ins
+   (:data:`GRID_SUBSAMPLE`); then the frame is frozen from that run and :data:`CHAPTER` is executed by
+   papermill on it, as the book executes it. Everything is written under the scratch folder.
 
 Per encoder it reports the peak resident memory (random checkpoint written and read, extraction and
 LoRA), the images/s of extraction and of the LoRA step on this CPU, and beside them the planner's GPU
 rate and GPU-hours (:func:`crsrepro.run.plan.plan`).
 
 The defaults are [ours]: one image per class per domain (2 for NIH: one without and one with a finding)
-and one LoRA image, so that all 15 run on a 2-core CPU; MedGemma at 896 px dominates (minutes per image).
+and one LoRA image, so that all 15 run on a 2-core CPU; MedGemma at 896 px dominates (minutes per image);
+the grid and the chapter run the two fastest architectures of two builders on a few hundred images.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -54,6 +62,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.schema import FINAL
@@ -339,10 +348,71 @@ def protocol_tail(results: list[dict], domains: list[Domain]) -> pd.DataFrame:
     return panel.merge(scores[["encoder", "dataset", "crs"]], on=["encoder", "dataset"])
 
 
+# --------------------------------------------------------------------------- the grid and one chapter
+
+#: The encoders of the dry run's grid [ours]: the two fastest paper architectures on a CPU, of two builders
+#: (a timm hub folder; OpenAI's CLIP state dict) and two families.
+GRID_ENCODERS = ("general.resnet50", "specialist.chexzero")
+#: Images per stand-in in the dry run's grid [ours]: whole patients or lesions, as real-mini subsamples.
+GRID_SUBSAMPLE = {"isic2017": 100, "kermany_cxr": 100, "nih_cxr14": 250}
+#: The chapter the dry run executes on its grid's results.
+CHAPTER = "01_discrimination"
+
+
+@contextlib.contextmanager
+def _environment(**variables):
+    """``os.environ`` with ``variables`` set, restored on exit (the chapter's kernel inherits them)."""
+    saved = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+
+
+def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path("."), out=print) -> pd.DataFrame:
+    """Step 5 of the module docstring: the run grid on :data:`GRID_ENCODERS` at real size with random
+    weights and the real-mini stand-ins subsampled to :data:`GRID_SUBSAMPLE`, the frame frozen from it,
+    and :data:`CHAPTER` executed by papermill; everything under ``scratch``. Returns the grid's results."""
+    from crsrepro.encoders import get_encoder_spec
+    from crsrepro.present.book import execute_notebook
+    from crsrepro.profiles import load_profile
+    from crsrepro.run.grid import run_grid
+    from crsrepro.score.frame import freeze_frame
+
+    scratch = Path(scratch).absolute()
+    weights = {e: write_random_checkpoint(get_encoder_spec(e), scratch / "weights" / e) for e in GRID_ENCODERS}
+    profile_path = scratch / "paper-dryrun.yaml"
+    profile_path.write_text(yaml.safe_dump({
+        "include": "real-mini", "name": "paper-dryrun",
+        "description": "The dry run's grid: paper architectures at real size with random weights, on real images.",
+        "data": {"root": str(Path(images_root).absolute()), "subsample": GRID_SUBSAMPLE},
+        "encoders": list(GRID_ENCODERS), "seeds": [0, 1], "label_fractions": [0.25, 1.0],
+        "perturbations": ["gaussian_blur", "jpeg"], "severities": [3], "control_probes": {"probes": []},
+        "features": {"cache_dir": str(scratch / "features")}, "output_dir": str(scratch / "results")}))
+    profile, manifests = load_profile(profile_path), scratch / "manifests"
+    started = time.perf_counter()
+    results = run_grid(profile, weights=weights, manifest_dir=manifests, progress=False, executor="local")
+    freeze_frame(profile, results, manifest_dir=manifests, overwrite=True)
+    grid_s = time.perf_counter() - started
+    notebook = scratch / f"{CHAPTER}.ipynb"
+    with _environment(CRSREPRO_MANIFESTS=str(manifests), CRSREPRO_WEIGHTS=str(scratch / "weights")):
+        chapter_s = execute_notebook(CHAPTER, profile=str(profile_path), book_root=book_root, progress=False,
+                                     output=notebook)
+    auroc = results[(results["metric"] == "auroc") & (results["condition"] == "clean")
+                    & (results["label_fraction"] == 1.0) & (results["recalibrator"] == "none")]
+    out(f"the run grid on {', '.join(GRID_ENCODERS)} at real size ({len(results):,} result rows from "
+        f"{results['rowset'].nunique()} row-sets, clean full-label AUROC {auroc['value'].min():.3f}-"
+        f"{auroc['value'].max():.3f}) in {grid_s:.0f} s, frame frozen; chapter {CHAPTER} executed by papermill "
+        f"in {chapter_s:.0f} s -> {notebook}")
+    return results
+
+
 # --------------------------------------------------------------------------- the command
 
 def dry_run(profile="paper", *, images_root=None, encoders=None, lora_images: int = 1, threads: int | None = None,
-            scratch=None, out=print) -> pd.DataFrame:
+            scratch=None, grid: bool = True, book_root=Path("."), out=print) -> pd.DataFrame:
     """Run the dry run (see the module docstring) and print its report through ``out``.
 
     Parameters
@@ -358,7 +428,12 @@ def dry_run(profile="paper", *, images_root=None, encoders=None, lora_images: in
     threads : int, optional
         Torch threads per encoder process (default: the CPU cores).
     scratch : path, optional
-        Where the random checkpoints are written, one encoder at a time (default: the system's temp folder).
+        Where the random checkpoints are written, one encoder at a time, and the grid's profile, features,
+        results, frame and executed chapter are kept (default: a new folder in the system's temp folder).
+    grid : bool
+        Run step 5, the grid and one chapter (:func:`grid_and_chapter`).
+    book_root : path
+        The checkout whose ``notebooks/`` the chapter is executed from.
 
     Returns
     -------
@@ -389,12 +464,13 @@ def dry_run(profile="paper", *, images_root=None, encoders=None, lora_images: in
                                          for d in domains))
     costs = plan(profile).encoders.set_index("encoder")
     threads = threads or os.cpu_count() or 1
+    scratch = Path(scratch or tempfile.mkdtemp(prefix="crsrepro-dry-run-"))
+    out(f"scratch folder: {scratch}")
     results = []
     context = multiprocessing.get_context("spawn")
     for encoder_id in sorted(ids, key=lambda e: get_encoder_spec(e).n_params * get_encoder_spec(e).input_size ** 2):
         with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-            result = pool.submit(_one_encoder, encoder_id, domains, lora_images, threads,
-                                 str(scratch or tempfile.gettempdir())).result()
+            result = pool.submit(_one_encoder, encoder_id, domains, lora_images, threads, str(scratch)).result()
         results.append(result)
         cost = costs.loc[encoder_id]
         out(f"{encoder_id}\n" + "\n".join(f"  {line}" for line in result["lines"]) +
@@ -411,5 +487,7 @@ def dry_run(profile="paper", *, images_root=None, encoders=None, lora_images: in
     out(f"probes, temperature recalibration, scores and CRS on {len(tail)} encoder x dataset cells "
         "(a handful of images and random weights: mechanics only; retention and robustness set to 1.0)")
     out(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    if grid:
+        grid_and_chapter(Path(root), scratch / "paper-dryrun", book_root=book_root, out=out)
     out(f"dry run done in {(time.perf_counter() - started) / 60:.1f} min with {threads} thread(s) per encoder")
     return table
