@@ -368,7 +368,10 @@ def _environment(**variables):
         yield
     finally:
         for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path("."), out=print) -> pd.DataFrame:
