@@ -468,6 +468,7 @@ def dry_run(profile="paper", *, images_root=None, encoders=None, lora_images: in
     costs = plan(profile).encoders.set_index("encoder")
     threads = threads or os.cpu_count() or 1
     scratch = Path(scratch or tempfile.mkdtemp(prefix="crsrepro-dry-run-"))
+    scratch.mkdir(parents=True, exist_ok=True)  # a --scratch that does not exist yet
     out(f"scratch folder: {scratch}")
     results = []
     context = multiprocessing.get_context("spawn")
