@@ -12,7 +12,7 @@ import yaml
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.schema import RUN_KEYS
 from crsrepro.present.chapters import CHAPTERS
-from crsrepro.present.claims import (CLAIMS_PATH, STATUSES, ClaimsError, claims_key, claims_table, load_claims,
+from crsrepro.present.claims import (CLAIMS_PATH, STATUSES, ClaimsError, claims_table, load_claims,
                                      paper_checks, reversed_pairs_for_tau, run_claims)
 from crsrepro.present.measurements import measure
 from crsrepro.profiles import load_profile
@@ -529,7 +529,7 @@ def test_the_multiverse_column_can_fail(measured):
 
 
 def test_the_claims_page_of_a_run_is_computed_once_and_read_by_the_other_chapters(tmp_path, monkeypatch):
-    """run_claims keeps the page of a grid run in <output_dir>/claims/<key>.pkl: another chapter's kernel
+    """run_claims keeps the page of a grid run in <output_dir>/analysis/claims-<key>.pkl: another chapter's kernel
     reads it; another seed, other row-sets or a re-frozen frame compute a new one; a hand-built table
     (no row-sets) is never cached."""
     from crsrepro.analyse.run_analysis import RunAnalysis
@@ -555,7 +555,7 @@ def test_the_claims_page_of_a_run_is_computed_once_and_read_by_the_other_chapter
     run = pd.DataFrame({"rowset": ["k1", "k2"], "value": [0.1, 0.2]})
     first = run_claims(analysis(run))
     assert first.set_index("id").loc["n_runs", "this run"] == "17,575"
-    assert len(calls) == 1 and len(list((tmp_path / ".crsrepro").rglob("claims/*.pkl"))) == 1
+    assert len(calls) == 1 and len(list((tmp_path / ".crsrepro").rglob("analysis/claims-*.pkl"))) == 1
     pd.testing.assert_frame_equal(run_claims(analysis(run)), first)          # another chapter's kernel: read
     assert len(calls) == 1
     run_claims(analysis(run, rng=1))                                           # another input: computed
@@ -565,7 +565,7 @@ def test_the_claims_page_of_a_run_is_computed_once_and_read_by_the_other_chapter
     run_claims(analysis(run))
     assert len(calls) == 4
     by_hand = pd.DataFrame({"value": [0.1]})                                    # no row-sets: never cached
-    assert claims_key(analysis(by_hand)) is None
+    assert analysis(by_hand).shared_key() is None
     run_claims(analysis(by_hand))
     run_claims(analysis(by_hand))
     assert len(calls) == 6

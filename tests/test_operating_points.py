@@ -118,6 +118,21 @@ def _brackets(table, name):
     return bool(finite.any() and (low[finite] <= estimate[finite]).all() and (estimate[finite] <= high[finite]).all())
 
 
+def test_chapters_04_and_09_compute_the_operating_points_once(tiny, monkeypatch):
+    """The second chapter's kernel (a new RunAnalysis of the same run) reads the first one's table."""
+    from crsrepro.analyse import operating_points as module
+
+    first = operating_point_table(tiny, n_resamples=21)
+    monkeypatch.setattr(module, "_operating_point_table", lambda *args: pytest.fail("computed a second time"))
+    again = operating_point_table(type(tiny)(tiny.profile, tiny.results, manifest_dir=tiny.manifest_dir, rng=tiny.rng),
+                                  n_resamples=21)
+    pd.testing.assert_frame_equal(again.table, first.table)
+    pd.testing.assert_frame_equal(again.replicates["sensitivity"], first.replicates["sensitivity"])
+    with pytest.raises(pytest.fail.Exception, match="second time"):  # another seed: computed
+        operating_point_table(type(tiny)(tiny.profile, tiny.results, manifest_dir=tiny.manifest_dir, rng=1),
+                              n_resamples=21)
+
+
 def test_operating_point_table_on_a_tiny_grid(tiny):
     points = operating_point_table(tiny, n_resamples=60)
     table = points.table

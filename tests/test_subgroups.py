@@ -133,6 +133,19 @@ def test_test_cases_join_the_dataset_table_in_stored_order(tiny):
     assert set(groups["sex"]) <= {"male", "female", "unknown"}
 
 
+def test_chapters_02_and_09_compute_the_subgroup_table_once(tiny, monkeypatch):
+    """The second chapter's kernel (a new RunAnalysis of the same run) reads the first one's table."""
+    from crsrepro.analyse import subgroups
+
+    first = subgroup_table(tiny, n_resamples=31, min_cases=8)
+    monkeypatch.setattr(subgroups, "_subgroup_table", lambda *args: pytest.fail("computed a second time"))
+    again = type(tiny)(tiny.profile, tiny.results, manifest_dir=tiny.manifest_dir, rng=tiny.rng)
+    pd.testing.assert_frame_equal(subgroup_table(again, n_resamples=31, min_cases=8), first)
+    assert subgroup_table(again, n_resamples=31, min_cases=8).attrs["skipped"] == first.attrs["skipped"]
+    with pytest.raises(pytest.fail.Exception, match="second time"):  # other inputs: computed
+        subgroup_table(again, n_resamples=32, min_cases=8)
+
+
 def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
     table = subgroup_table(tiny, n_resamples=50, min_cases=8)
     assert list(table.columns) == COLUMNS and set(table["encoder"]) == set(tiny.profile.encoders)

@@ -296,12 +296,23 @@ def operating_point_table(analysis, *, n_resamples: int = N_RESAMPLES, level: fl
     --------
     >>> points = operating_point_table(RunAnalysis.load("demo"))     # doctest: +SKIP
     >>> severity_summary(points)                                     # doctest: +SKIP
+
+    Chapters 04 and 09 both read it, so it is computed once for both
+    (:meth:`~crsrepro.analyse.run_analysis.RunAnalysis.computed_once`).
     """
-    from crsrepro.data import get_dataset_spec
-    from crsrepro.run.results import ResultStore
-    from crsrepro.score.stats import as_generator, check_level, seed_weights
+    from crsrepro.score.stats import check_level
 
     check_level(level)
+    return analysis.computed_once("operating_points", lambda: _operating_point_table(analysis, n_resamples, level),
+                                  n_resamples=n_resamples, level=level)
+
+
+def _operating_point_table(analysis, n_resamples: int, level: float) -> OperatingPointTable:
+    """:func:`operating_point_table`, computed."""
+    from crsrepro.data import get_dataset_spec
+    from crsrepro.run.results import ResultStore
+    from crsrepro.score.stats import as_generator, seed_weights
+
     store, generator, parts = ResultStore(analysis.profile.output_path), as_generator(analysis.rng), []
     replicates = {q: [] for q in ACHIEVED}
     families = analysis.results.groupby("encoder")["family"].first()

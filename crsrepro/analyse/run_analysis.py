@@ -388,21 +388,43 @@ class RunAnalysis:
         return compare(frozen_profiles(self.runs, self.lora_results), lora_profiles(self.lora_results),
                        frame=self.frame)
 
+    # ------------------------------------------------------------------ analyses several chapters read
+    def shared_key(self, **inputs) -> str | None:
+        """The key of an analysis kept on disk for every chapter that reads it (:meth:`computed_once`):
+        the row-sets of the results (:attr:`results_hash`), the profile's fingerprint, the resampling seed,
+        every file in the manifest folder (frozen frame, splits, the claims ledger), every file of the
+        package (:func:`crsrepro.core.io.package_digest`, so no cached page survives a code change) and
+        the analysis's own ``inputs``. None for a results table built by hand (no row-sets), which is
+        never cached."""
+        from crsrepro.core.io import content_key, folder_digest, manifest_dir, package_digest
+
+        if "rowset" not in self.results.columns and not self.results.attrs.get("keys_hash"):
+            return None
+        return content_key(results=self.results_hash, profile=self.profile.fingerprint(), rng=self.rng,
+                           manifests=folder_digest(manifest_dir(self.manifest_dir)), package=package_digest(),
+                           inputs=inputs)
+
+    def computed_once(self, name: str, compute, **inputs):
+        """``compute()``, kept in ``<output_dir>/analysis/<name>-<key>.pkl`` under :meth:`shared_key` of
+        ``inputs`` [ours]: the book executes each chapter in its own kernel, two side by side, so an
+        analysis that several chapters read (the claims table, the multiverse, the subgroup table, the
+        operating points) is computed by the first and read by the others
+        (:func:`crsrepro.core.io.computed_once`: the second waits on a lock, then reads)."""
+        from crsrepro.core.io import computed_once
+
+        key = self.shared_key(**inputs)
+        if key is None:
+            return compute()
+        return computed_once(self.profile.output_path / "analysis" / f"{name}-{key[:16]}.pkl", compute)
+
     # ------------------------------------------------------------------ the sensitivity chapter
     @cached_property
     def multiverse(self) -> pd.DataFrame:
         """Every combination of the declared [ours] choices, re-scored (:func:`crsrepro.analyse.sensitivity.multiverse`).
 
         It is the book's costliest analysis (about a minute on the demo) and two pages read it (chapter 05b
-        and the claims page, each in its own kernel), so it is computed once and kept on disk under
-        ``<output_dir>/analysis/``, keyed by everything it reads: the results' hash, the frame, the
-        sensitivity space, the seed and the code's commit (:func:`crsrepro.core.io.git_hash`); two
-        chapters executed side by side compute it once (a lock file beside it).
+        and the claims page, each in its own kernel), so it is computed once (:meth:`computed_once`).
         """
-        from crsrepro.analyse.sensitivity import SPACE_PATH, multiverse
-        from crsrepro.core.io import computed_once, content_key, git_hash, sha256_file
+        from crsrepro.analyse.sensitivity import multiverse
 
-        key = content_key(results=self.results_hash, frame=self.frame.to_dict(), rng=self.rng, code=git_hash(),
-                          space=sha256_file(SPACE_PATH))
-        path = self.profile.output_path / "analysis" / f"multiverse-{key[:16]}.pkl"
-        return computed_once(path, lambda: multiverse(self, rng=self.rng))
+        return self.computed_once("multiverse", lambda: multiverse(self, rng=self.rng))

@@ -254,7 +254,17 @@ def subgroup_table(analysis, *, attributes=ATTRIBUTES, n_resamples: int = 1000, 
     --------
     >>> analysis = RunAnalysis.load("demo")            # doctest: +SKIP
     >>> subgroup_table(analysis).query("attribute == 'sex'")  # doctest: +SKIP
+
+    Chapters 02 and 09 both read it, so it is computed once for both
+    (:meth:`~crsrepro.analyse.run_analysis.RunAnalysis.computed_once`).
     """
+    return analysis.computed_once(
+        "subgroups", lambda: _subgroup_table(analysis, attributes, n_resamples, min_cases, level),
+        attributes=list(attributes), n_resamples=n_resamples, min_cases=min_cases, level=level)
+
+
+def _subgroup_table(analysis, attributes, n_resamples, min_cases, level) -> pd.DataFrame:
+    """:func:`subgroup_table`, computed."""
     from crsrepro.data import get_dataset_spec
 
     parts, skipped = [], []

@@ -45,7 +45,7 @@ import yaml
 
 from crsrepro.analyse.findings import PAPER_SIX_TESTS
 from crsrepro.core.errors import CrsreproError
-from crsrepro.core.io import PACKAGE_ROOT, computed_once, content_key, folder_digest, manifest_dir, package_digest
+from crsrepro.core.io import PACKAGE_ROOT
 from crsrepro.present.measurements import TWO_LEVEL_PREFIX, measure, multiverse_shares
 
 CLAIMS_PATH = PACKAGE_ROOT.parent / "data_manifests" / "claims.yaml"
@@ -355,17 +355,6 @@ def paper_checks(claims: pd.DataFrame) -> dict:
     return {"reversed_pairs_for_paper_tau": reversed_pairs_for_tau(tau, len(load_profile("paper").encoders))}
 
 
-def claims_key(analysis) -> str | None:
-    """The key of a run's cached claims table: the row-sets of the results
-    (:attr:`~crsrepro.analyse.run_analysis.RunAnalysis.results_hash`), the profile's fingerprint, every
-    file in the manifest folder (frozen frame, splits, the claims ledger), every file of the package and
-    the resampling seed. None for a table built by hand (no row-sets): such a table is never cached."""
-    if "rowset" not in analysis.results.columns and not analysis.results.attrs.get("keys_hash"):
-        return None
-    return content_key(results=analysis.results_hash, profile=analysis.profile.fingerprint(), rng=analysis.rng,
-                       manifests=folder_digest(manifest_dir(analysis.manifest_dir)), package=package_digest())
-
-
 def run_claims(analysis) -> pd.DataFrame:
     """The claims page of one run: :func:`claims_table` of the claims file and the run's measurements
     (:func:`crsrepro.present.measurements.measure`, with :func:`paper_checks`), compared with the paper
@@ -373,10 +362,9 @@ def run_claims(analysis) -> pd.DataFrame:
     on an [ours] choice of the CRS (:attr:`~crsrepro.analyse.run_analysis.RunAnalysis.multiverse`).
 
     Every chapter's "paper vs this run" box reads it, in its own kernel, and measuring every claim takes
-    minutes (the bootstrap, the multiverse, the insertion experiment ...). So the table of a run from the
-    grid is kept in ``<output_dir>/claims/<key>.pkl`` [ours], under :func:`claims_key`: the first chapter
-    computes it (two chapters executed side by side compute it once: :func:`crsrepro.core.io.computed_once`),
-    the others read it.
+    minutes (the bootstrap, the multiverse, the insertion experiment ...). So it is computed once for all
+    of them (:meth:`~crsrepro.analyse.run_analysis.RunAnalysis.computed_once`, under a key that names the
+    claims ledger with the manifests).
     """
     def compute() -> pd.DataFrame:
         claims = load_claims()
@@ -384,10 +372,7 @@ def run_claims(analysis) -> pd.DataFrame:
                             paper_scope=analysis.profile.claims.paper_scope,
                             multiverse=multiverse_shares(analysis.multiverse))
 
-    key = claims_key(analysis)
-    if not key:
-        return compute()
-    return computed_once(Path(analysis.profile.output_path) / "claims" / f"{key}.pkl", compute)
+    return analysis.computed_once("claims", compute)
 
 
 def status_counts(table: pd.DataFrame) -> pd.DataFrame:
