@@ -518,3 +518,15 @@ def test_biovil_stretches_each_image_to_0_255_as_hi_ml_remap_to_uint8():
     flat = torch.tensor([40, 120, 200], dtype=torch.uint8).view(1, 1, 1, 3).expand(1, 3, 1, 3)
     assert remap_to_uint8(flat)[0, 0, 0].tolist() == [0, 127, 255]  # hi-ml truncates to uint8
     assert "intensity_remap" not in get_encoder_spec("general.resnet50").preprocessing
+
+
+def test_loading_a_transformers_checkpoint_prints_no_bar_of_its_own(tmp_path, capfd):
+    """A run shows one bar per stage; transformers' "Loading weights" bar of every model load is kept out
+    of it, and the setting is restored after."""
+    from transformers.utils import logging as transformers_logging
+
+    folder = make_weights(tmp_path, "medical.medsiglip")
+    capfd.readouterr()
+    create_encoder("medical.medsiglip", weights=folder)
+    assert "Loading weights" not in capfd.readouterr().err
+    assert transformers_logging.is_progress_bar_enabled()

@@ -19,11 +19,13 @@ The weights hash covers the files ``from_pretrained`` reads: ``config.json`` and
 
 from __future__ import annotations
 
-import torch
-from transformers import CLIPVisionModel, Dinov2Model, SiglipVisionConfig, SiglipVisionModel
-
+import contextlib
 import json
 from pathlib import Path
+
+import torch
+from transformers import CLIPVisionModel, Dinov2Model, SiglipVisionConfig, SiglipVisionModel
+from transformers.utils import logging as transformers_logging
 
 from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
 from crsrepro.encoders.registry import Encoder, EncoderSpec, depth_block_indices, pool_tokens
@@ -31,6 +33,20 @@ from crsrepro.encoders.weights import resolve_weights_folder
 
 ARCHITECTURES = {"CLIPVisionModel": CLIPVisionModel, "SiglipVisionModel": SiglipVisionModel,
                  "Dinov2Model": Dinov2Model}
+
+
+@contextlib.contextmanager
+def without_transformers_bars():
+    """transformers' own progress bars off while loading or saving a model ("Loading weights", "Writing
+    model shards"): a run shows one bar per stage (:mod:`crsrepro.run.progress`), and a bar per model load
+    in every worker would bury it. The previous setting is restored."""
+    enabled = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            transformers_logging.enable_progress_bar()
 
 
 class HFVisionEncoder(Encoder):
@@ -110,7 +126,8 @@ def build_transformers(spec: EncoderSpec, *, weights=None, device="cpu") -> HFVi
         raise MissingWeightsError(f"{spec.id}: {folder} has no config.json (expected a save_pretrained folder "
                                   f"with {' or '.join(spec.weight_files)})")
     cls = ARCHITECTURES[spec.architecture]
-    model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
+    with without_transformers_bars():
+        model, info = cls.from_pretrained(folder, local_files_only=True, output_loading_info=True)
     if info["missing_keys"]:
         missing = sorted(info["missing_keys"])
         raise WrongWeightsError(f"{spec.id}: {folder} does not fit {spec.architecture}: "

@@ -189,8 +189,11 @@ def write_random_checkpoint(spec, folder: Path) -> Path:
         (folder / "config.json").write_text(json.dumps({"vision_config": size["vision_config"]}))
         save_file({"vision_tower.vision_model." + k: v for k, v in state.items()}, str(folder / "model.safetensors"))
     else:
+        from crsrepro.encoders.transformers_family import without_transformers_bars
+
         model.load_state_dict(_state(model))
-        model.save_pretrained(folder)
+        with without_transformers_bars():
+            model.save_pretrained(folder)
     return folder
 
 
