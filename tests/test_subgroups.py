@@ -176,9 +176,17 @@ def test_subgroup_table_and_worst_subgroup_on_a_tiny_grid(tiny):
     # the book's side: the worst-subgroup summary's intervals bracket their estimates, the prose quotes them
     from crsrepro.present.report import numbers, tables
 
-    summary = tables.worst_subgroup_summary(table, worst)
-    for gap in ("auroc_gap", "ece_gap"):
-        assert ((summary[f"{gap}_ci_low"] <= summary[gap]) & (summary[gap] <= summary[f"{gap}_ci_high"])).all()
+    summary = tables.worst_subgroup_summary(table, worst)  # estimate [low, high] in one column, where beside it
+    for column in ("largest AUROC drop [95 % CI]", "largest ECE rise [95 % CI]"):
+        for text in summary[column]:
+            estimate, low, high = (float(v) for v in text.replace("[", "").replace("]", "").replace(",", "").split())
+            assert low <= estimate <= high
+    first = worst.per_encoder.iloc[0]
+    assert summary["AUROC drop in"].iloc[0] == (f"{first['auroc_dataset']}: {first['auroc_attribute']} = "
+                                                 f"{first['auroc_subgroup']}")
+    drops = tables.largest_subgroup_drops(table, n=5)  # the same rows as the table's five lowest gaps
+    assert len(drops) == 5 and "auroc_gap_ci_low" not in drops.columns and "auroc_whole" not in drops.columns
+    assert list(drops.index.get_level_values("encoder")) == list(table.sort_values("auroc_gap").head(5)["encoder"])
     glue = numbers.subgroups(table, worst)
     low, high = (float(v) for v in glue["worst_auroc_gap_ci"].strip("[]").split(", "))
     assert low <= float(glue["worst_auroc_gap"]) <= high and glue["worst_p_worst_median"].endswith("%")

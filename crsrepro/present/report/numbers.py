@@ -287,8 +287,9 @@ def lora(analysis) -> dict[str, str]:
             "lora_crs_tau_frozen_peers": (_f(comparison.crs_frozen_peers.kendall_tau)
                                           if comparison.crs_frozen_peers is not None else "n/a"),
             "lora_top3_hold": "hold" if comparison.top3_hold else "do not hold",
-            "lora_top_mover": short_name(comparison.movers.index[0]),
-            "lora_top_mover_from": _f(int(mover["rank_a"])), "lora_top_mover_to": _f(int(mover["rank_b"])),
+            "lora_top_mover": (f"The largest mover is {short_name(comparison.movers.index[0])}, from rank "
+                               f"{int(mover['rank_a'])} to {int(mover['rank_b'])}." if mover["rank_a"] != mover["rank_b"]
+                               else "No encoder changes rank."),
             "paper_gpu_hours": _f(paper_gpu_hours(), 1),
             "lora_gpu_rate": _f(int(THROUGHPUTS["gpu_lora_vit_b16"].value)),
             "lora_gpu_rate_source": THROUGHPUTS["gpu_lora_vit_b16"].source}
