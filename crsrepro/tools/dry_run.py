@@ -403,7 +403,7 @@ def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path
     freeze_frame(profile, results, manifest_dir=manifests, overwrite=True)
     grid_s = time.perf_counter() - started
     notebook = scratch / f"{CHAPTER}.ipynb"
-    with _environment(CRSREPRO_MANIFESTS=str(manifests), CRSREPRO_WEIGHTS=str(scratch / "weights")):
+    with _environment(CRSREPRO_MANIFESTS=str(manifests)):
         chapter_s = execute_notebook(CHAPTER, profile=str(profile_path), book_root=book_root, progress=False,
                                      output=notebook)
     auroc = results[(results["metric"] == "auroc") & (results["condition"] == "clean")
