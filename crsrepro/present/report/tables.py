@@ -322,13 +322,12 @@ def worst_subgroup_summary(table: pd.DataFrame, worst):
         return admonition("note", "No subgroup scored in this run", paragraph(
             f"Every subgroup of this run's test splits has fewer than {MIN_CASES} cases or lacks an outcome "
             f"({len(table.attrs.get('skipped', []))} skipped); the `demo` and `paper` profiles have enough."))
-    table = worst.per_encoder
-    where = lambda m: (table[f"{m}_dataset"] + ": " + table[f"{m}_attribute"] + " = "  # noqa: E731
-                       + table[f"{m}_subgroup"].astype(str))
-    return pd.DataFrame({"largest AUROC drop [95 % CI]": with_intervals(table[_interval("auroc_gap")])["auroc_gap"],
-                         "AUROC drop in": where("auroc"), "p_worst": table["auroc_p_worst"].round(2),
-                         "largest ECE rise [95 % CI]": with_intervals(table[_interval("ece_gap")])["ece_gap"],
-                         "ECE rise in": where("ece")}, index=table.index)
+    shown = with_intervals(worst.per_encoder)  # auroc_gap and ece_gap as "estimate [low, high]"
+    where = {m: shown[f"{m}_dataset"] + ": " + shown[f"{m}_attribute"] + " = " + shown[f"{m}_subgroup"].astype(str)
+             for m in ("auroc", "ece")}
+    return pd.DataFrame({"largest AUROC drop [95 % CI]": shown["auroc_gap"], "AUROC drop in": where["auroc"],
+                         "p_worst": shown["auroc_p_worst"].round(2),
+                         "largest ECE rise [95 % CI]": shown["ece_gap"], "ECE rise in": where["ece"]})
 
 
 def largest_subgroup_drops(table: pd.DataFrame, n: int = 12) -> pd.DataFrame:
@@ -337,11 +336,6 @@ def largest_subgroup_drops(table: pd.DataFrame, n: int = 12) -> pd.DataFrame:
     whole-test-set columns the gaps already use, so that the table fits the page."""
     shown = table.sort_values("auroc_gap").head(n).drop(columns=["auroc_whole", "ece_whole"])
     return with_intervals(shown).set_index(["encoder", "dataset", "attribute", "subgroup"]).round(2)
-
-
-def _interval(metric: str) -> list[str]:
-    """``metric`` and the interval columns :func:`with_intervals` reads."""
-    return [metric, f"{metric}_ci_low", f"{metric}_ci_high"]
 
 
 # --------------------------------------------------------------------------- the CRS
