@@ -22,11 +22,12 @@ $(STAMP): pyproject.toml
 book: $(STAMP)
 	$(PY) -m crsrepro book --profile $(PROFILE)
 
+# pytest-xdist runs the tests on every core; tests/conftest.py keeps each shared fixture on one worker
 test: $(STAMP) browser
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder -m "not slow"
 
 # Debian's chromium and chromium-driver for tests/test_browser.py (selenium comes with the test extra);
 # installed only when missing, and only as root: otherwise the browser test skips and says why.

@@ -9,6 +9,29 @@ import pytest
 REPO = Path(__file__).parents[1]
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Order the slow tests first and group the tests for pytest-xdist (``make test`` and ``make test-fast`` run
+    ``-n auto --dist loadgroup --no-loadscope-reorder``, which hands out the groups in this order).
+
+    - The tests that use a session-scoped fixture of ours (the smoke book) form one group, so it is built once.
+    - A slow test that uses none is a group of its own, so the long ones (the reduced dry run, the grid on two
+      real-size encoders) run side by side; started first, they do not trail at the end.
+    - Every other test is grouped with its file, so its module-scoped fixtures are built once.
+
+    Without xdist only the order applies."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: files keep their order
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        ours = {name: defs[-1].scope for name, defs in (fixtures.name2fixturedefs.items() if fixtures else ())
+                if defs[-1].baseid}
+        session = sorted(name for name, scope in ours.items() if scope == "session")
+        if session:
+            item.add_marker(pytest.mark.xdist_group("+".join(session)))
+        elif not (item.get_closest_marker("slow") and "module" not in ours.values()):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+
+
 def _copy_book_sources(target: Path) -> Path:
     """Copy the book sources (config, toc, stylesheet, pages, notebooks) into ``target``."""
     for name in ("_config.yml", "_toc.yml"):
@@ -151,7 +174,7 @@ def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool 
         yield RunAnalysis(profile, results)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def tiny_grid():
     """:func:`tiny_analysis`, for module fixtures (test modules are imported by path, not as a package)."""
     return tiny_analysis
