@@ -930,6 +930,21 @@ def _where_finite(function, values: np.ndarray) -> np.ndarray:
     return np.where(finite, out, np.nan)
 
 
+def _replicate_retention(fractions: list, curve: np.ndarray) -> np.ndarray:
+    """Label-efficiency retention of each replicate's AUROC curve (last axis: the ``fractions``, then 1.0), NaN
+    where the drawn cases leave it undefined: an AUROC that is not finite, or a full-label AUROC of 0 (every
+    positive ranked below every negative, which a resample of a few cases can draw; the ratio has no meaning).
+
+    Examples
+    --------
+    >>> _replicate_retention([0.1], np.array([[0.4, 0.8], [0.5, 0.0], [np.nan, 0.7]])).round(2).tolist()
+    [0.5, nan, nan]
+    """
+    curve = np.where(curve[..., -1:] > 0, curve, np.nan)
+    return _where_finite(lambda v: label_efficiency_retention(
+        {**dict(zip(fractions, np.moveaxis(v[..., :-1], -1, 0))), 1.0: v[..., -1]}), curve)
+
+
 def default_device() -> str:
     """``"cuda"`` when torch sees a GPU, else ``"cpu"``: where the case bootstraps run by default."""
     return "cuda" if torch.cuda.is_available() else "cpu"
@@ -1068,9 +1083,8 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
         ece = np.stack([weighted_ece(x["y_ece"], x["clean"][e][s], counts64, task=c.task, n_bins=n_bins).cpu().numpy()
                         for s in range(len(seeds))])
         parts = {"auroc": auroc, "ece": ece, "robustness": _where_finite(robustness_raw, drops),
-                 "retention": _where_finite(lambda v: label_efficiency_retention(
-                     {**dict(zip(c.fractions, np.moveaxis(v[..., :-1], -1, 0))), 1.0: v[..., -1]}),
-                     np.concatenate([np.moveaxis(fractions, 0, -1), auroc[..., None]], -1))}
+                 "retention": _replicate_retention(list(c.fractions),
+                                                   np.concatenate([np.moveaxis(fractions, 0, -1), auroc[..., None]], -1))}
         return np.stack([parts[k] for k in DIMENSIONS], axis=-1).transpose(1, 0, 2)  # (S, b, 4) -> (b, S, 4)
 
     def replicate_batch(weights: np.ndarray, b: int, draw_cases: bool) -> np.ndarray:  # (b, cells, 4)
