@@ -22,12 +22,15 @@ $(STAMP): pyproject.toml
 book: $(STAMP)
 	$(PY) -m crsrepro book --profile $(PROFILE)
 
-# pytest-xdist runs the tests on every core; tests/conftest.py keeps each shared fixture on one worker
+# pytest-xdist runs the tests on every core, handing out the groups of tests/conftest.py in its order
+# (each shared fixture on one worker, the slow tests first); benchmarks/suite.py times it against one core
+XDIST := -n auto --dist loadgroup --no-loadscope-reorder
+
 test: $(STAMP) browser
-	$(PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder
+	$(PY) -m pytest $(XDIST)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadgroup --no-loadscope-reorder -m "not slow"
+	$(PY) -m pytest $(XDIST) -m "not slow"
 
 # Debian's chromium and chromium-driver for tests/test_browser.py (selenium comes with the test extra);
 # installed only when missing, and only as root: otherwise the browser test skips and says why.

@@ -1,6 +1,6 @@
 """The test suite on one core against every core (issue 29: ``make test-fast`` <= 90 s), side by side in one run.
 
-``make test`` and ``make test-fast`` run pytest-xdist (``-n auto --dist loadgroup --no-loadscope-reorder``);
+``make test`` and ``make test-fast`` run pytest-xdist (the Makefile's ``XDIST``, which ``PARALLEL`` repeats);
 ``tests/conftest.py`` groups the tests so that each shared fixture is built once and the long slow tests
 start first. This script runs the same lane serially (what the Makefile ran before) and on every core, in
 that order, and prints each wall time and their ratio. Run it on an otherwise idle machine.
