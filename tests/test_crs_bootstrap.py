@@ -188,3 +188,24 @@ def test_run_analysis_resamples_the_stored_float64_cases_of_every_dimension(tiny
     assert ((summary["ci_low"] <= summary["estimate"]) & (summary["estimate"] <= summary["ci_high"])).all()
     pd.testing.assert_series_equal(summary.set_index("encoder")["plug_in"].sort_index(),
                                    tiny.aggregate["crs"].sort_index(), check_names=False)
+
+
+@pytest.mark.slow
+def test_another_kernel_reads_the_bootstraps_instead_of_running_them_again(tiny, monkeypatch):
+    """Chapter 05 and the claims page run in their own kernels, and an edited chapter 05 runs again: the
+    two-level bootstrap, the coverage check and their inputs are computed once per run and read after."""
+    from crsrepro.analyse import findings
+    from crsrepro.analyse.run_analysis import RunAnalysis
+    from crsrepro.score import stats
+
+    first = tiny.crs_bootstrap.summary()
+    coverage = tiny.seed_count_coverage(1, 2, two_level=True, n_resamples=20)
+    monkeypatch.setattr(stats, "crs_bootstrap", lambda *a, **k: pytest.fail("bootstrapped a second time"))
+    monkeypatch.setattr(findings, "seed_count_coverage", lambda *a, **k: pytest.fail("covered a second time"))
+    again = RunAnalysis(tiny.profile, tiny.results, manifest_dir=tiny.manifest_dir, rng=tiny.rng)
+    pd.testing.assert_frame_equal(again.crs_bootstrap.summary(), first)
+    pd.testing.assert_frame_equal(again.seed_count_coverage(1, 2, two_level=True, n_resamples=20), coverage)
+    with pytest.raises(pytest.fail.Exception, match="second time"):  # other replicates: computed
+        again.seed_count_coverage(1, 2, two_level=True, n_resamples=21)
+    with pytest.raises(pytest.fail.Exception, match="second time"):  # another resampling seed: computed
+        RunAnalysis(tiny.profile, tiny.results, manifest_dir=tiny.manifest_dir, rng=1).crs_bootstrap

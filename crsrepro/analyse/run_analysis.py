@@ -242,37 +242,52 @@ class RunAnalysis:
         """The two-level CRS bootstrap, seeds x test cases in one shared draw (chapter 05's headline;
         :func:`crsrepro.score.stats.crs_bootstrap`, ``bootstrap.n_case_resamples`` replicates, on the GPU
         when there is one): P(rank 1), P(top 3), CRS intervals (``summary()``: ``encoder, estimate,
-        ci_low, ci_high``), the leader-minus-runner-up difference and every dimension's interval."""
+        ci_low, ci_high``), the leader-minus-runner-up difference and every dimension's interval.
+
+        Chapter 05 and the claims page read it, each in its own kernel, so it is computed once
+        (:meth:`computed_once`)."""
         from crsrepro.score.stats import crs_bootstrap
 
-        cases = {dataset: self.dataset_cases(dataset) for dataset in self.profile.datasets}
-        return crs_bootstrap(cases, self.reliability_profiles, self.frame,
-                             n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng)
+        def compute():
+            cases = {dataset: self.dataset_cases(dataset) for dataset in self.profile.datasets}
+            return crs_bootstrap(cases, self.reliability_profiles, self.frame,
+                                 n_resamples=self.profile.bootstrap.n_case_resamples, rng=self.rng)
+
+        return self.computed_once("crs_bootstrap", compute)
 
     def seed_count_coverage(self, n_seeds: int = 5, n_subsets: int = 40, *, two_level: bool = False,
                             n_resamples: int = 1000):
         """How often an ``n_seeds``-seed bootstrap interval contains this run's all-seed estimate
         (:func:`crsrepro.analyse.findings.seed_count_coverage`; needs a run with many seeds, such as the
         ``demo-seeds20`` profile): the paper's seed bootstrap, or with ``two_level`` the bootstrap over
-        seeds and test cases. The frame is frozen in memory from this run's own panel."""
+        seeds and test cases. The frame is frozen in memory from this run's own panel.
+
+        It is kept on disk (:meth:`computed_once`), so that chapter 05, edited and executed again, reads it
+        instead of running its bootstraps again."""
         from crsrepro.analyse.findings import seed_count_coverage
         from crsrepro.score.crs import ReferenceFrame
 
-        cases = {d: self.dataset_cases(d) for d in self.profile.datasets} if two_level else None
-        return seed_count_coverage(self.reliability_profiles, ReferenceFrame.freeze(self.reliability_profiles),
-                                   n_seeds=n_seeds, n_subsets=n_subsets, n_resamples=n_resamples, rng=self.rng,
-                                   cases=cases)
+        def compute():
+            cases = {d: self.dataset_cases(d) for d in self.profile.datasets} if two_level else None
+            return seed_count_coverage(self.reliability_profiles, ReferenceFrame.freeze(self.reliability_profiles),
+                                       n_seeds=n_seeds, n_subsets=n_subsets, n_resamples=n_resamples, rng=self.rng,
+                                       cases=cases)
+
+        return self.computed_once("seed_count_coverage", compute, n_seeds=n_seeds, n_subsets=n_subsets,
+                                  two_level=two_level, n_resamples=n_resamples)
 
     # ------------------------------------------------------------------ the paper's analyses
     @cached_property
     def insertion(self):
-        """The insertion experiment: 3 encoders into a panel, fixed anchors vs cohort normalisation."""
+        """The insertion experiment: 3 encoders into a panel, fixed anchors vs cohort normalisation.
+        Chapter 05 and the claims page read it, so it is computed once (:meth:`computed_once`)."""
         from crsrepro.analyse.findings import insertion_experiment
 
         n_encoders = self.reliability_profiles["encoder"].nunique()
         if n_encoders < 5:
             raise CrsreproError(f"the insertion experiment needs at least 5 encoders, this run has {n_encoders}")
-        return insertion_experiment(self.reliability_profiles, panel_size=min(12, n_encoders - 3), rng=self.rng)
+        return self.computed_once("insertion", lambda: insertion_experiment(
+            self.reliability_profiles, panel_size=min(12, n_encoders - 3), rng=self.rng))
 
     def external_validity(self, source: str = "chexpert", target: str = "mimic_cxr"):
         """CRS without the transfer term vs transfer AUROC, against source AUROC, with encoder-bootstrap
