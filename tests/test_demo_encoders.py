@@ -216,3 +216,22 @@ def test_pixel_pca_is_fitted_through_the_encoder_preprocessing():
     assert feats.mean(dim=0).abs().max() < 1e-3  # centred on the corpus it was fitted on
     variances = feats.var(dim=0)
     assert torch.all(variances[:-1] >= variances[1:] - 1e-4)  # components in decreasing variance
+
+
+#: The random baselines' weight hashes. Every feature and row-set key of these encoders is made from them, so
+#: the committed frames (data_manifests/crs_reference_*.yaml) hold only where these hold.
+RANDOM_WEIGHTS = {"demo.random_cnn": "6e130bae2bcb", "demo.random_vit": "0963a368affa"}
+
+
+@pytest.mark.parametrize("encoder_id", sorted(RANDOM_WEIGHTS))
+def test_the_random_baselines_are_the_same_bytes_on_every_cpu(encoder_id):
+    """PyTorch's own init gave other last bits without the CPU's vector code (ATEN_CPU_CAPABILITY=default), so
+    the demo frame was stale on another kind of machine: the weights are drawn by numpy instead."""
+    import subprocess
+    import sys
+
+    assert build(encoder_id).weights_hash.startswith(RANDOM_WEIGHTS[encoder_id])
+    code = f"from crsrepro.encoders import create_encoder; print(create_encoder({encoder_id!r}).weights_hash)"
+    scalar = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env={**__import__("os").environ, "ATEN_CPU_CAPABILITY": "default"})
+    assert scalar.stdout.split()[-1].startswith(RANDOM_WEIGHTS[encoder_id])

@@ -43,6 +43,7 @@ import math
 from collections import OrderedDict
 from pathlib import Path
 
+import numpy as np
 import timm
 import torch
 from safetensors.torch import load_file
@@ -414,10 +415,37 @@ def build_effnet_lite0(spec, *, weights=None, device="cpu") -> DemoEncoder:
 
 
 def _seeded(build):
-    """Run ``build()`` under ``torch.manual_seed(RANDOM_INIT_SEED)`` without disturbing the caller's RNG."""
+    """``build()`` a random-init baseline whose weights are the same bytes on every CPU.
+
+    PyTorch's and timm's initialisers run on the CPU's vector units, and their rounding differs between
+    code paths (``ATEN_CPU_CAPABILITY=default`` and ``avx2`` give other last bits). So the weights, their
+    hash and every feature-cache key made from it differed between machines, and the committed demo frame
+    was stale on one kind of machine (chapter 10 refused it). Here every parameter that the library drew
+    at random is drawn again from numpy's PCG64 under :data:`RANDOM_INIT_SEED`, as ``U(-b, b)`` with
+    ``b = 1 / sqrt(fan_in)`` [ours]: PyTorch's default for a ``Linear`` or ``Conv`` weight and its bias
+    (the fan-in of a bias is its layer's); for any other tensor (the ViT's position embedding and class
+    token) the fan-in is its last dimension. Constant parameters (norm layers, zero biases) stay as built.
+    The draw is integer arithmetic and one float64 multiply-add, the same on every CPU. The build itself
+    runs under ``torch.manual_seed(RANDOM_INIT_SEED)`` without disturbing the caller's RNG.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(RANDOM_INIT_SEED)
-        return build()
+        model = build()
+    fan_in = {}
+    for module in model.modules():
+        weight, bias = getattr(module, "weight", None), getattr(module, "bias", None)
+        if isinstance(weight, nn.Parameter) and weight.dim() >= 2:
+            fan_in[id(weight)] = weight[0].numel()
+            if isinstance(bias, nn.Parameter):
+                fan_in[id(bias)] = weight[0].numel()
+    rng = np.random.default_rng(RANDOM_INIT_SEED)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if bool((parameter == parameter.flatten()[0]).all()):  # constant: exact on every CPU
+                continue
+            bound = 1.0 / math.sqrt(fan_in.get(id(parameter), parameter.shape[-1]))
+            parameter.copy_(torch.from_numpy(rng.uniform(-bound, bound, tuple(parameter.shape)).astype(np.float32)))
+    return model
 
 
 def _no_weights(spec, weights):
@@ -427,13 +455,13 @@ def _no_weights(spec, weights):
 
 
 def build_random_cnn(spec, *, weights=None, device="cpu") -> DemoEncoder:
-    """:class:`TinyCNN` with PyTorch's default init under seed :data:`RANDOM_INIT_SEED`."""
+    """:class:`TinyCNN` with PyTorch's default init bounds, drawn the same on every CPU (:func:`_seeded`)."""
     _no_weights(spec, weights)
     return DemoEncoder(spec, _seeded(TinyCNN), device=device, channels_last=True)
 
 
 def build_random_vit(spec, *, weights=None, device="cpu") -> TimmEncoder:
-    """A 4-block ViT-Tiny/16 at 96 px with timm's default init under seed :data:`RANDOM_INIT_SEED`."""
+    """A 4-block ViT-Tiny/16 at 96 px, random init drawn the same on every CPU (:func:`_seeded`)."""
     _no_weights(spec, weights)
     model = _seeded(lambda: timm.create_model(spec.architecture, pretrained=False, num_classes=0,
                                               img_size=spec.input_size, depth=4))
