@@ -178,7 +178,7 @@ def test_the_cli_refuses_a_missing_frame_in_one_line_naming_the_profile(tmp_path
 # ------------------------------------------------------------------ scored against the frozen frame
 
 @pytest.mark.slow
-def test_a_spec_file_is_scored_through_the_panels_cache_under_its_own_key(frozen, tmp_path, network):
+def test_a_spec_file_is_scored_through_the_panels_cache_under_its_own_key(frozen, tmp_path, network, monkeypatch):
     from crsrepro.analyse.new_encoder import score_newcomer
     from crsrepro.extract.features import feature_keys
     from crsrepro.present.score_report import score_text, write_report
@@ -201,6 +201,13 @@ def test_a_spec_file_is_scored_through_the_panels_cache_under_its_own_key(frozen
     assert a["rank"] == 1 + int((published > a["crs"]).sum()) and a["n_published"] == 3
     assert a["ci_low"] <= a["crs"] <= a["ci_high"] and 0 <= a["p_rank1"] <= a["p_top3"] <= 1
     assert a["n_resamples"] > 0 and score.panel[["ci_low", "ci_high"]].notna().all().all()
+    # scored again (chapter 10 executed again after an edit): the bootstrap is read, not resampled
+    from crsrepro.score import stats
+    monkeypatch.setattr(stats, "crs_bootstrap", lambda *args, **kwargs: pytest.fail("bootstrapped a second time"))
+    again = score_newcomer(profile, newcomer, progress=False)
+    assert again.aggregate == a
+    pd.testing.assert_frame_equal(again.cells, score.cells)
+    monkeypatch.undo()
     # its features sit in the panel's cache, under keys of its weights' bytes and its spec
     from crsrepro.encoders import create_encoder
     from crsrepro.run.views import view

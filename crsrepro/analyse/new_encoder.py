@@ -210,23 +210,33 @@ def _intervals(profile: Profile, own, cells: pd.DataFrame, aggregate: dict, pane
                manifest_dir, level: float):
     """The two-level CRS bootstrap of the newcomer with the panel (one shared draw of seeds and cases:
     :func:`crsrepro.score.stats.crs_bootstrap`), or of the newcomer alone against the frozen panel when
-    the panel's results are not here (then said in the returned note)."""
+    the panel's results are not here (then said in the returned note).
+
+    It is kept with the newcomer's results (``own.computed_once``, under a key that also names the panel's
+    results and the frame), so that scoring the same newcomer again, or executing chapter 10 again after an
+    edit, reads it instead of resampling."""
     from crsrepro.analyse.run_analysis import RunAnalysis
     from crsrepro.score.stats import crs_bootstrap
 
     encoder_id = cells["encoder"].iloc[0]
-    cases = {d: own.dataset_cases(d) for d in sorted(cells["dataset"].unique())}
-    profiles = own.reliability_profiles
-    note = None
-    if ResultStore(profile.output_path).merged_path.is_file():
-        panel = RunAnalysis.load(profile, manifest_dir=manifest_dir)
-        profiles = pd.concat([panel.reliability_profiles[panel.reliability_profiles["encoder"] != encoder_id],
-                              profiles], ignore_index=True)
-        cases = {d: _merged_cases(panel.dataset_cases(d), c) for d, c in cases.items()}
-    else:
-        note = (f"the panel's results are not in {profile.output_path}: the intervals hold the panel at its frozen "
-                f"profiles (run `crsrepro run --profile {profile.argument}` for intervals paired with the panel)")
-    result = crs_bootstrap(cases, profiles, frame, n_resamples=profile.bootstrap.n_case_resamples, rng=0)
+    datasets = sorted(cells["dataset"].unique())
+    panel = RunAnalysis.load(profile, manifest_dir=manifest_dir) \
+        if ResultStore(profile.output_path).merged_path.is_file() else None
+
+    def compute():
+        cases = {d: own.dataset_cases(d) for d in datasets}
+        profiles = own.reliability_profiles
+        if panel is not None:
+            profiles = pd.concat([panel.reliability_profiles[panel.reliability_profiles["encoder"] != encoder_id],
+                                  profiles], ignore_index=True)
+            cases = {d: _merged_cases(panel.dataset_cases(d), c) for d, c in cases.items()}
+        return crs_bootstrap(cases, profiles, frame, n_resamples=profile.bootstrap.n_case_resamples, rng=0)
+
+    result = own.computed_once("newcomer_crs_bootstrap", compute, datasets=datasets, frame=frame.content_hash(),
+                               panel=None if panel is None else panel.results_hash)
+    note = None if panel is not None else (
+        f"the panel's results are not in {profile.output_path}: the intervals hold the panel at its frozen "
+        f"profiles (run `crsrepro run --profile {profile.argument}` for intervals paired with the panel)")
     low, high = _cell_intervals(result, frame, level)
     at = pd.MultiIndex.from_frame(cells[["encoder", "dataset"]])
     cells = cells.assign(crs_ci_low=low.reindex(at).to_numpy(), crs_ci_high=high.reindex(at).to_numpy())
