@@ -1,8 +1,11 @@
 """Shared fixtures: a scratch CRSREPRO_HOME so tests never write into the checkout."""
 
+import contextlib
+import io
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -178,3 +181,24 @@ def tiny_analysis(tmp_path_factory, name: str, overrides: dict, *, freeze: bool 
 def tiny_grid():
     """:func:`tiny_analysis`, for module fixtures (test modules are imported by path, not as a package)."""
     return tiny_analysis
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    """``cli(*args, cwd=..., env={...})`` runs ``crsrepro -q *args`` in this process (:func:`crsrepro.cli.main`)
+    in ``cwd``, as the shell would, and returns its ``returncode`` and ``stderr``; ``env`` sets variables
+    (``CRSREPRO_HOME`` is unset otherwise). The working folder and the environment, which the CLI changes (it
+    exports ``CRSREPRO_HOME``), are restored afterwards. For the error cases: a subprocess would spend 4-6 s
+    importing torch for each; the entry points themselves are tested as subprocesses in ``test_cli``."""
+    from crsrepro.cli import main
+
+    def run(*args, cwd, env=None):
+        monkeypatch.chdir(cwd)
+        monkeypatch.delenv("CRSREPRO_HOME", raising=False)
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, str(value))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            returncode = main(["-q", *args])
+        return SimpleNamespace(returncode=returncode, stderr=stderr.getvalue())
+    return run

@@ -1,36 +1,14 @@
 """The CLI: user errors are one line on stderr with exit status 2, never a traceback.
 
-The error cases call :func:`crsrepro.cli.main` in this process (a subprocess would spend 4 s importing torch
-for each); ``test_both_entry_points_list_profiles`` runs the two real entry points as subprocesses.
+The error cases run the CLI in the worker (the ``cli`` fixture of conftest.py);
+``test_both_entry_points_list_profiles`` runs the two real entry points as subprocesses.
 """
 
-import contextlib
-import io
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import yaml
-
-from crsrepro.cli import main
-
-
-@pytest.fixture
-def crsrepro(monkeypatch):
-    """``crsrepro(*args, cwd=...)`` runs ``crsrepro -q *args`` in ``cwd`` as the shell would, with the
-    environment (the CLI exports ``CRSREPRO_HOME``) and the working folder restored afterwards."""
-    def run(*args, cwd, home=None):
-        monkeypatch.chdir(cwd)
-        if home is None:
-            monkeypatch.delenv("CRSREPRO_HOME", raising=False)
-        else:
-            monkeypatch.setenv("CRSREPRO_HOME", str(home))
-        stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr):
-            returncode = main(["-q", *args])
-        return SimpleNamespace(returncode=returncode, stderr=stderr.getvalue())
-    return run
 
 
 def assert_one_line_error(result, *fragments):
@@ -42,24 +20,24 @@ def assert_one_line_error(result, *fragments):
         assert fragment in lines[0]
 
 
-def test_missing_profile(crsrepro, tmp_path):
-    assert_one_line_error(crsrepro("run", "--profile", "nope", cwd=tmp_path), "no profile 'nope'", "nope.yaml")
+def test_missing_profile(cli, tmp_path):
+    assert_one_line_error(cli("run", "--profile", "nope", cwd=tmp_path), "no profile 'nope'", "nope.yaml")
 
 
-def test_unknown_encoder(crsrepro, tmp_path):
-    assert_one_line_error(crsrepro("score", "--encoder", "demo.effnet_lite", "--profile", "smoke", cwd=tmp_path),
+def test_unknown_encoder(cli, tmp_path):
+    assert_one_line_error(cli("score", "--encoder", "demo.effnet_lite", "--profile", "smoke", cwd=tmp_path),
                           "demo.effnet_lite")
 
 
-def test_dataset_root_that_does_not_exist(crsrepro, tmp_path):
+def test_dataset_root_that_does_not_exist(cli, tmp_path):
     profile = tmp_path / "mine.yaml"
     profile.write_text(yaml.safe_dump({"include": "smoke", "name": "mine",
                                        "data": {"source": "local", "root": str(tmp_path / "missing")}}))
-    assert_one_line_error(crsrepro("run", "--profile", str(profile), cwd=tmp_path), str(tmp_path / "missing"))
+    assert_one_line_error(cli("run", "--profile", str(profile), cwd=tmp_path), str(tmp_path / "missing"))
 
 
-def test_notebook_outside_a_checkout(crsrepro, tmp_path):
-    assert_one_line_error(crsrepro("notebook", "01_discrimination", "--profile", "smoke", cwd=tmp_path),
+def test_notebook_outside_a_checkout(cli, tmp_path):
+    assert_one_line_error(cli("notebook", "01_discrimination", "--profile", "smoke", cwd=tmp_path),
                           "_config.yml")
 
 
@@ -71,11 +49,11 @@ def test_both_entry_points_list_profiles(entry, tmp_path):
     assert result.returncode == 0 and result.stdout.split() == ["demo", "demo-seeds20", "paper", "real-mini", "smoke"]
 
 
-def test_score_without_a_frozen_frame_says_so(crsrepro, tmp_path):
-    result = crsrepro("score", "--encoder", "demo.texture", "--profile", "smoke", cwd=tmp_path)
+def test_score_without_a_frozen_frame_says_so(cli, tmp_path):
+    result = cli("score", "--encoder", "demo.texture", "--profile", "smoke", cwd=tmp_path)
     assert_one_line_error(result, "no CRS reference frame", "crs_reference_smoke.yaml")
 
 
-def test_freeze_frame_without_results_names_the_command(crsrepro, tmp_path):
-    result = crsrepro("freeze-frame", "--profile", "smoke", cwd=tmp_path, home=tmp_path / ".crsrepro")
+def test_freeze_frame_without_results_names_the_command(cli, tmp_path):
+    result = cli("freeze-frame", "--profile", "smoke", cwd=tmp_path, env={"CRSREPRO_HOME": tmp_path / ".crsrepro"})
     assert_one_line_error(result, "no grid results", "crsrepro run --profile smoke")

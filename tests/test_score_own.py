@@ -165,14 +165,13 @@ def test_a_bare_module_gets_the_documented_defaults(network):
     assert load_entry_point(f"{network}:build").defaults_used == ("resize_mode",)
 
 
-def test_the_cli_refuses_a_missing_frame_in_one_line_naming_the_profile(tmp_path, network):
-    env = {**__import__("os").environ, "CRSREPRO_HOME": str(tmp_path / ".crsrepro"),
-           "CRSREPRO_MANIFESTS": str(tmp_path / "manifests")}
+def test_the_cli_refuses_a_missing_frame_in_one_line_naming_the_profile(tmp_path, network, cli):
+    env = {"CRSREPRO_HOME": tmp_path / ".crsrepro", "CRSREPRO_MANIFESTS": tmp_path / "manifests"}
     (tmp_path / "manifests").mkdir()
-    assert_one_line_error(crsrepro("score", "--profile", "smoke", "--encoder", "mine:build", cwd=tmp_path, env=env),
+    assert_one_line_error(cli("score", "--profile", "smoke", "--encoder", "mine:build", cwd=tmp_path, env=env),
                           "profile 'smoke'", "no CRS reference frame", "crs_reference_smoke.yaml")
-    assert_one_line_error(crsrepro("score", "--profile", "smoke", "--spec", str(tmp_path / "none.yaml"),
-                                   cwd=tmp_path, env=env), "profile 'smoke'", "no CRS reference frame")
+    assert_one_line_error(cli("score", "--profile", "smoke", "--spec", str(tmp_path / "none.yaml"),
+                              cwd=tmp_path, env=env), "profile 'smoke'", "no CRS reference frame")
 
 
 # ------------------------------------------------------------------ scored against the frozen frame
