@@ -128,3 +128,19 @@ def test_a_cell_that_displays_nothing_loses_its_collapsed_source(tmp_path):
     tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
     assert "remove-input" in tags[0] and "remove-input" in tags[2]
     assert "hide-input" in tags[3] and "remove-input" not in tags[3]
+
+
+def test_the_chapter_kernels_run_one_thread_each(checkout):
+    """The chapters run on a pool of one kernel per core, so each kernel gets one torch and one BLAS thread
+    (issue 29: two kernels of two threads each on 2 cores ran chapters 05 and 09 2.5x slower)."""
+    from crsrepro.profiles import load_profile
+    from crsrepro.run.progress import as_progress
+
+    probe = "import os, torch; print(profile, torch.get_num_threads(), os.environ.get('OMP_NUM_THREADS'))"
+    for name in ("01_x", "02_y"):
+        (checkout / "notebooks" / f"{name}.ipynb").write_text(json.dumps(_notebook(probe)))
+    with as_progress(False).bar("chapters", 2, "") as bar:
+        book._run_chapters(["01_x", "02_y"], "smoke", load_profile("smoke"), checkout, bar)
+    for name in ("01_x", "02_y"):
+        executed = json.loads((checkout / book.GENERATED / f"{name}.ipynb").read_text())
+        assert executed["cells"][-1]["outputs"][0]["text"] == ["smoke 1 1\n"], executed["cells"][-1]["outputs"]

@@ -311,22 +311,32 @@ def _chapter_run(name: str, profile: str, loaded: Profile, book_root: Path, bars
 LONGEST_CHAPTERS = ("10_score_your_encoder", "09_deployment", "05_crs_bootstrap")
 
 
-def _run_chapters(names: list[str], profile: str, loaded: Profile, book_root: Path, bar) -> dict:
+def _run_chapters(names: list[str], profile: str, loaded: Profile, book_root: Path, bar, *,
+                  one_thread: bool = True) -> dict:
     """Every chapter (:func:`_chapter_run`), on a spawn-context process pool of one worker per CPU core:
     the chapters only read what the stages wrote, so they are independent, and one kernel keeps one core
     busy (run one after the other, they were the cold demo book's longest single-core phase), the
     :data:`LONGEST_CHAPTERS` first. Each worker
     measures its chapter's wall and CPU time (its kernel's included) for ``bar``; the first error stops
-    the build. Returns ``{name: ChapterRun}`` in ``names`` order."""
+    the build. Returns ``{name: ChapterRun}`` in ``names`` order.
+
+    With ``one_thread`` (the default) every kernel gets one torch and one BLAS/OpenMP thread
+    (:func:`crsrepro.run.executor.one_thread` in the worker, whose environment the kernel inherits), as the
+    stages' workers do: a pool of one kernel per core whose kernels each start a thread per core puts two
+    threads on every core, and OpenMP's waiting threads then spend the time. On the demo, 2 cores, two
+    chapters at once ran 1.5-3.7x slower that way (``benchmarks/chapter_threads.py``). False leaves the kernels
+    their default (the benchmark's baseline)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     from crsrepro.run.executor import default_workers
+    from crsrepro.run.executor import one_thread as one_thread_each
     from crsrepro.run.progress import timed
 
     context = multiprocessing.get_context("spawn")
     first = [name for name in LONGEST_CHAPTERS if name in names]
-    with ProcessPoolExecutor(min(default_workers(), len(names)), mp_context=context) as pool:
+    with ProcessPoolExecutor(min(default_workers(), len(names)), mp_context=context,
+                             initializer=one_thread_each if one_thread else None) as pool:
         futures = {pool.submit(timed, _chapter_run, (name, profile, loaded, book_root, False)): name
                    for name in first + [n for n in names if n not in first]}
         runs = {}
