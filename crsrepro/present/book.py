@@ -323,8 +323,8 @@ def _run_chapters(names: list[str], profile: str, loaded: Profile, book_root: Pa
     With ``one_thread`` (the default) every kernel gets one torch and one BLAS/OpenMP thread
     (:func:`crsrepro.run.executor.one_thread` in the worker, whose environment the kernel inherits), as the
     stages' workers do: a pool of one kernel per core whose kernels each start a thread per core puts two
-    threads on every core, and OpenMP's waiting threads then spend the time. On the demo, 2 cores, two
-    chapters at once ran 1.5-3.7x slower that way (``benchmarks/chapter_threads.py``). False leaves the kernels
+    threads on every core, and OpenMP's waiting threads then spend the time. On the demo, 2 cores, chapters
+    05 and 09 at once took 209.6 s that way and 84.3 s with one thread each (``benchmarks/chapter_threads.py``). False leaves the kernels
     their default (the benchmark's baseline)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
