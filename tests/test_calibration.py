@@ -161,3 +161,19 @@ def test_cross_validation_with_too_few_cases_says_so():
         cross_validated_ece(probs, y, task="multilabel")
     with pytest.raises(ValueError, match="methods must be names"):
         cross_validated_ece(probs, y, methods=("none",), task="multiclass")
+
+
+@pytest.mark.parametrize("name", ["temperature", "vector", "dirichlet"])
+def test_every_label_fitted_at_once_gives_each_label_its_own_map(name):
+    # the labels of a multi-label fit are solved in one batched L-BFGS, padded to the longest label:
+    # each label's map must be the one it gets fitted alone (a two-class fit on its observed rows)
+    rng = np.random.default_rng(5)
+    probs, y = _overconfident("multilabel", 600, rng)
+    y[:300, 1] = np.nan  # labels of very different lengths: padding must carry no weight
+    together = make_recalibrator(name).fit(probs, y)
+    for label in range(y.shape[1]):
+        seen = ~np.isnan(y[:, label])
+        two = np.column_stack([1 - probs[:, label], probs[:, label]])
+        alone = make_recalibrator(name).fit(two[seen], y[seen, label].astype(int))
+        np.testing.assert_allclose(together.predict_proba(probs)[:, label], alone.predict_proba(two)[:, 1],
+                                   atol=1e-6)

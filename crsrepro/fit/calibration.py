@@ -53,6 +53,7 @@ from sklearn.utils.validation import check_is_fitted
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error
 from crsrepro.core.vocab import TASKS
+from crsrepro.fit.lbfgs import batched_lbfgs
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ def _two_columns(p):
 class _Recalibrator(BaseEstimator):
     """Shared fit/predict logic: one map for multi-class data, one two-class map per label otherwise.
 
-    A subclass implements ``_fit_map(probs (n, K), y (n,)) -> state`` and
+    A subclass implements ``_fit_maps(problems) -> states``, one state per ``(probs (n, K), y (n,))``
+    problem (a multi-class fit is one problem, a multi-label fit one per label), and
     ``_apply_map(state, probs (n, K)) -> probs (n, K)``.
     """
 
@@ -125,18 +127,20 @@ class _Recalibrator(BaseEstimator):
         probs = _check_probs(probs, task=self.task_)
         self.n_columns_ = probs.shape[1]
         if self.task_ == "multiclass":
-            self.maps_ = [self._fit_map(probs, y)]
+            self.maps_ = self._fit_maps([(probs, y)])
             self.identity_labels_ = []
             return self
-        self.maps_, self.identity_labels_ = [], []
+        problems, fitted = [], []
         for label in range(self.n_columns_):
             seen = ~np.isnan(y[:, label])
             targets = y[seen, label].astype(int)
-            if np.unique(targets).size < 2:
-                self.maps_.append(None)
-                self.identity_labels_.append(label)
-                continue
-            self.maps_.append(self._fit_map(_two_columns(probs[seen, label]), targets))
+            if np.unique(targets).size > 1:
+                problems.append((_two_columns(probs[seen, label]), targets))
+                fitted.append(label)
+        self.maps_ = [None] * self.n_columns_
+        for label, state in zip(fitted, self._fit_maps(problems)):
+            self.maps_[label] = state
+        self.identity_labels_ = [label for label in range(self.n_columns_) if label not in fitted]
         if self.identity_labels_:
             logger.warning("%s: labels %s have a single class in the calibration subset and are left as they are",
                            type(self).__name__, self.identity_labels_)
@@ -191,37 +195,65 @@ class _Recalibrator(BaseEstimator):
 class _LogLinearScaling(_Recalibrator):
     """``softmax(A(log p))`` with a parametric map A, fitted by L-BFGS on mean NLL plus a penalty.
 
+    Every problem of one fit (each label of a multi-label fit) is solved in one batched L-BFGS
+    (:func:`crsrepro.fit.lbfgs.batched_lbfgs`, one history and one stopping test per problem): the
+    problems are padded to the longest one, a padded row carries no weight, and each problem's loss is
+    the mean over its own rows **[ours]** (``benchmarks/recalibration.py`` compares it with one
+    ``torch.optim.LBFGS`` per label).
+
     A subclass implements ``_init_params(K) -> list of arrays`` (the identity map) and
-    ``_logits(params, log_p) -> Tensor``, and may override ``_penalty(params)``.
+    ``_logits(params, log_p) -> Tensor`` on a leading problem axis (``params[i]`` of shape (P, ...),
+    ``log_p`` (P, n, K)), and may override ``_penalty(params) -> Tensor (P,)``.
     """
 
     max_iter = 200  # L-BFGS iterations of the calibration fit [ours]
+    tol = 1e-9  # the largest absolute gradient entry at which a calibration fit stops [ours]
 
     def _penalty(self, params):
-        return 0.0
+        return torch.zeros(params[0].shape[0], dtype=torch.float64)
 
-    def _fit_map(self, probs, y):
-        log_p = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
-        targets = torch.as_tensor(y)
-        params = [torch.tensor(p, dtype=torch.float64, requires_grad=True) for p in self._init_params(probs.shape[1])]
-        optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
-                                      tolerance_grad=1e-9, tolerance_change=1e-12)
+    def _fit_maps(self, problems):
+        if not problems:
+            return []
+        n_classes = problems[0][0].shape[1]
+        longest = max(len(y) for _, y in problems)
+        log_p = torch.zeros(len(problems), longest, n_classes, dtype=torch.float64)
+        targets = torch.zeros(len(problems), longest, dtype=torch.long)
+        weight = torch.zeros(len(problems), longest, dtype=torch.float64)
+        for i, (probs, y) in enumerate(problems):
+            log_p[i, :len(y)] = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
+            targets[i, :len(y)] = torch.as_tensor(y)
+            weight[i, :len(y)] = 1.0 / len(y)
+        shapes = [np.shape(p) for p in self._init_params(n_classes)]
+        sizes = [int(np.prod(shape)) for shape in shapes]
 
-        def closure():
-            optimizer.zero_grad()
-            loss = torch.nn.functional.cross_entropy(self._logits(params, log_p), targets) + self._penalty(params)
-            loss.backward()
-            return loss
+        def unflatten(theta):
+            return [part.reshape(len(theta), *shape) for part, shape in zip(theta.split(sizes, dim=1), shapes)]
 
-        optimizer.step(closure)
-        return [p.detach() for p in params]
+        def objective(theta, index):
+            theta = theta.detach().requires_grad_(True)
+            params = unflatten(theta)
+            log_q = torch.log_softmax(self._logits(params, log_p[index]), dim=2)
+            nll = -(log_q.gather(2, targets[index, :, None])[..., 0] * weight[index]).sum(1)
+            loss = nll + self._penalty(params)
+            (grad,) = torch.autograd.grad(loss.sum(), theta)
+            return loss.detach(), grad
+
+        start = np.concatenate([np.ravel(p) for p in self._init_params(n_classes)]).astype(np.float64)
+        theta = torch.as_tensor(np.tile(start, (len(problems), 1)))
+        theta, _, converged, _ = batched_lbfgs(objective, theta, max_iter=self.max_iter, tol=self.tol)
+        if not converged.all():
+            logger.info("%s: %d of %d calibration fits stopped at %d iterations before the gradient tolerance",
+                        type(self).__name__, int((~converged).sum()), len(problems), self.max_iter)
+        return [[part[0] for part in unflatten(theta[i:i + 1])] for i in range(len(problems))]
 
     def _state_from_lists(self, arrays):
         return [torch.tensor(a, dtype=torch.float64) for a in arrays]
 
     def _apply_map(self, state, probs):
         with torch.no_grad():
-            logits = self._logits(state, torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1))))
+            log_p = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
+            logits = self._logits([part[None] for part in state], log_p[None])[0]
         return softmax(logits.numpy(), axis=1)
 
 
@@ -238,7 +270,7 @@ class TemperatureScaling(_LogLinearScaling):
         return [0.0]  # log T
 
     def _logits(self, params, log_p):
-        return log_p * torch.exp(-params[0])
+        return log_p * torch.exp(-params[0])[:, None, None]
 
     @property
     def temperature_(self):
@@ -254,7 +286,7 @@ class VectorScaling(_LogLinearScaling):
         return [np.ones(n_classes), np.zeros(n_classes)]
 
     def _logits(self, params, log_p):
-        return log_p * params[0] + params[1]
+        return log_p * params[0][:, None, :] + params[1][:, None, :]
 
 
 class DirichletCalibration(_LogLinearScaling):
@@ -280,13 +312,14 @@ class DirichletCalibration(_LogLinearScaling):
         return [np.eye(n_classes), np.zeros(n_classes)]
 
     def _logits(self, params, log_p):
-        return log_p @ params[0].T + params[1]
+        return log_p @ params[0].transpose(1, 2) + params[1][:, None, :]
 
     def _penalty(self, params):
         W, b = params
-        k = W.shape[0]
-        off_diagonal = W - torch.diag(torch.diagonal(W))
-        return self.reg_lambda * (off_diagonal**2).sum() / (k * (k - 1)) + self.reg_mu * (b**2).sum() / k
+        k = W.shape[1]
+        off_diagonal = W - torch.diag_embed(torch.diagonal(W, dim1=1, dim2=2))
+        return (self.reg_lambda * (off_diagonal**2).sum((1, 2)) / (k * (k - 1))
+                + self.reg_mu * (b**2).sum(1) / k)
 
 
 class IsotonicCalibration(_Recalibrator):
@@ -305,10 +338,13 @@ class IsotonicCalibration(_Recalibrator):
     def __init__(self, *, tie_break=1e-6):
         self.tie_break = tie_break
 
-    def _fit_map(self, probs, y):
-        """Per class, the isotonic step function's thresholds ``[x_0..x_m, y_0..y_m]`` (2 arrays each)."""
+    def _fit_maps(self, problems):
         if not 0 <= self.tie_break < 1:
             raise ValueError(f"tie_break must lie in [0, 1), got {self.tie_break!r}")
+        return [self._fit_map(probs, y) for probs, y in problems]
+
+    def _fit_map(self, probs, y):
+        """Per class, the isotonic step function's thresholds ``[x_0..x_m, y_0..y_m]`` (2 arrays each)."""
         state = []
         for k in range(probs.shape[1]):
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(probs[:, k], y == k)

@@ -67,11 +67,12 @@ log = logging.getLogger(__name__)
 
 #: Bump when the meaning of a row-set changes (metrics, probe protocol, its per-case arrays): old
 #: row-sets are then ignored.
-CACHE_VERSION = 7  # 2: per-seed train/val splits, keys derived from the feature keys they read; 3: cases;
+CACHE_VERSION = 8  # 2: per-seed train/val splits, keys derived from the feature keys they read; 3: cases;
 #                    4: float64 cases, and the smaller fractions' clean test probabilities;
 #                    5: c_rule and c_tie, and auroc_full_val on the smaller fractions' clean rows;
 #                    6: meant the chosen C's finishing to 50x max_iter, but a merge left the code at 10x;
-#                    7: the chosen C finishes to 50x max_iter (crsrepro.fit.linear.FINISH_FACTOR, was 10x)
+#                    7: the chosen C finishes to 50x max_iter (crsrepro.fit.linear.FINISH_FACTOR, was 10x);
+#                    8: the parametric recalibrators fit every label at once (batched L-BFGS, Armijo search)
 
 CASES_LAYOUT = """The per-case arrays of a full-label linear probe's row-set (``<output_dir>/cases/<rowset>.npz``):
 
