@@ -176,4 +176,4 @@ def test_every_label_fitted_at_once_gives_each_label_its_own_map(name):
         two = np.column_stack([1 - probs[:, label], probs[:, label]])
         alone = make_recalibrator(name).fit(two[seen], y[seen, label].astype(int))
         np.testing.assert_allclose(together.predict_proba(probs)[:, label], alone.predict_proba(two)[:, 1],
-                                   atol=1e-6)
+                                   atol=1e-5)  # both stop near the optimum, at different points

@@ -53,7 +53,6 @@ from sklearn.utils.validation import check_is_fitted
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error
 from crsrepro.core.vocab import TASKS
-from crsrepro.fit.lbfgs import batched_lbfgs
 
 logger = logging.getLogger(__name__)
 
@@ -195,11 +194,11 @@ class _Recalibrator(BaseEstimator):
 class _LogLinearScaling(_Recalibrator):
     """``softmax(A(log p))`` with a parametric map A, fitted by L-BFGS on mean NLL plus a penalty.
 
-    Every problem of one fit (each label of a multi-label fit) is solved in one batched L-BFGS
-    (:func:`crsrepro.fit.lbfgs.batched_lbfgs`, one history and one stopping test per problem): the
-    problems are padded to the longest one, a padded row carries no weight, and each problem's loss is
-    the mean over its own rows **[ours]** (``benchmarks/recalibration.py`` compares it with one
-    ``torch.optim.LBFGS`` per label).
+    Every problem of one fit (each label of a multi-label fit) is solved at once **[ours]**: one
+    ``torch.optim.LBFGS`` (strong Wolfe line search) minimises the sum of the problems' losses, which
+    are independent, so its minimiser is every problem's own. The problems are padded to the longest
+    one, a padded row carries no weight, and each problem's loss is the mean over its own rows
+    (``benchmarks/recalibration.py`` compares it with one L-BFGS per label).
 
     A subclass implements ``_init_params(K) -> list of arrays`` (the identity map) and
     ``_logits(params, log_p) -> Tensor`` on a leading problem axis (``params[i]`` of shape (P, ...),
@@ -207,7 +206,6 @@ class _LogLinearScaling(_Recalibrator):
     """
 
     max_iter = 200  # L-BFGS iterations of the calibration fit [ours]
-    tol = 1e-9  # the largest absolute gradient entry at which a calibration fit stops [ours]
 
     def _penalty(self, params):
         return torch.zeros(params[0].shape[0], dtype=torch.float64)
@@ -224,28 +222,21 @@ class _LogLinearScaling(_Recalibrator):
             log_p[i, :len(y)] = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
             targets[i, :len(y)] = torch.as_tensor(y)
             weight[i, :len(y)] = 1.0 / len(y)
-        shapes = [np.shape(p) for p in self._init_params(n_classes)]
-        sizes = [int(np.prod(shape)) for shape in shapes]
+        params = [torch.tensor(np.stack([p] * len(problems)), dtype=torch.float64, requires_grad=True)
+                  for p in self._init_params(n_classes)]
+        optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
+                                      tolerance_grad=1e-9, tolerance_change=1e-12)
 
-        def unflatten(theta):
-            return [part.reshape(len(theta), *shape) for part, shape in zip(theta.split(sizes, dim=1), shapes)]
+        def closure():
+            optimizer.zero_grad()
+            log_q = torch.log_softmax(self._logits(params, log_p), dim=2)
+            nll = -(log_q.gather(2, targets[..., None])[..., 0] * weight).sum(1)
+            loss = (nll + self._penalty(params)).sum()
+            loss.backward()
+            return loss
 
-        def objective(theta, index):
-            theta = theta.detach().requires_grad_(True)
-            params = unflatten(theta)
-            log_q = torch.log_softmax(self._logits(params, log_p[index]), dim=2)
-            nll = -(log_q.gather(2, targets[index, :, None])[..., 0] * weight[index]).sum(1)
-            loss = nll + self._penalty(params)
-            (grad,) = torch.autograd.grad(loss.sum(), theta)
-            return loss.detach(), grad
-
-        start = np.concatenate([np.ravel(p) for p in self._init_params(n_classes)]).astype(np.float64)
-        theta = torch.as_tensor(np.tile(start, (len(problems), 1)))
-        theta, _, converged, _ = batched_lbfgs(objective, theta, max_iter=self.max_iter, tol=self.tol)
-        if not converged.all():
-            logger.info("%s: %d of %d calibration fits stopped at %d iterations before the gradient tolerance",
-                        type(self).__name__, int((~converged).sum()), len(problems), self.max_iter)
-        return [[part[0] for part in unflatten(theta[i:i + 1])] for i in range(len(problems))]
+        optimizer.step(closure)
+        return [[part.detach()[i] for part in params] for i in range(len(problems))]
 
     def _state_from_lists(self, arrays):
         return [torch.tensor(a, dtype=torch.float64) for a in arrays]
