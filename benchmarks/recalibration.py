@@ -3,23 +3,25 @@
 A multi-label probe (CheXpert: 14 labels) is recalibrated per label as a two-class problem. The run grid
 fits the four recalibrators on a seed's val split and scores them by 5-fold cross-validated ECE inside it
 (``crsrepro.run.units``): 24 fits per method and row-set, each over 14 labels. Temperature, vector and
-Dirichlet scaling now solve every label of a fit at once: one ``torch.optim.LBFGS`` on the sum of the
-labels' independent losses (:meth:`crsrepro.fit.calibration._LogLinearScaling._fit_maps`); before, each
-label was its own ``torch.optim.LBFGS`` (:func:`per_label_fit_maps`, the code it replaced, kept here as the
-baseline). Both use the strong Wolfe line search and the same tolerances; they stop at different points
-near the same optimum, so their maps agree to the tolerance, not bit for bit: the script prints the largest
-difference of the recalibrated probabilities and the cross-validated ECE of both. A multi-class fit is one
-problem, solved as before.
+Dirichlet scaling now fit every label of a fit at once, in one :func:`crsrepro.fit.lbfgs.batched_lbfgs`
+(:meth:`crsrepro.fit.calibration._LogLinearScaling._fit_maps`); before, each label was its own
+``torch.optim.LBFGS`` with a strong Wolfe line search (:func:`per_label_fit_maps`, the code it replaced, kept
+here as the baseline; a multi-class map is still fitted that way). The two solve the same convex problems to
+the same gradient tolerance with different line searches, so their maps agree to the tolerance, not bit for
+bit: the script prints the largest difference of the recalibrated probabilities and of the cross-validated ECE.
 
-The workload is CheXpert-like: ``--n`` val cases x 14 labels, about 10 % of the labels masked, an
-over-confident probe (logits x 3), as the demo's CheXpert val split (300 cases). One torch thread.
+The workload is the demo's own: the val split of the first CheXpert linear row-set under ``--cases`` (a built
+demo's ``.crsrepro/demo/results/cases``), or, without it, a CheXpert-like synthetic one (``--n`` cases x 14
+labels, about 10 % of the labels masked, an over-confident probe: logits x 3). One torch thread.
 
-Usage: ``python benchmarks/recalibration.py [--n 300] [--repeats 3]`` (best CPU time of the repeats)
+Usage: ``python benchmarks/recalibration.py [--cases .crsrepro/demo/results/cases] [--n 300] [--repeats 3]``
+(best CPU time of the repeats)
 """
 
 import argparse
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -71,6 +73,16 @@ def chexpert_like(n, rng):
     return expit(3.0 * z), y
 
 
+def demo_val_split(folder):
+    """The val probabilities and labels of the first multi-label row-set's per-case arrays in ``folder``."""
+    for path in sorted(Path(folder).glob("*.npz")):
+        with np.load(path) as arrays:
+            if arrays["labels|val"].ndim == 2:
+                probs, y = arrays["probs|val|none"], arrays["labels|val"]
+                return probs, y, f"demo CheXpert val split {path.name[:12]}: {len(y)} cases x {y.shape[1]} labels"
+    raise SystemExit(f"no multi-label row-set's per-case arrays in {folder}")
+
+
 def workload(probs, y):
     """What a CheXpert row-set of the grid does: each parametric recalibrator fitted on val and applied,
     and their 5-fold cross-validated ECE."""
@@ -89,16 +101,21 @@ def best_cpu_seconds(repeats, fn):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=Path, help="a built demo's per-case arrays (<output_dir>/cases)")
     parser.add_argument("--n", type=int, default=300)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    probs, y = chexpert_like(args.n, np.random.default_rng(0))
+    if args.cases:
+        probs, y, source = demo_val_split(args.cases)
+    else:
+        probs, y = chexpert_like(args.n, np.random.default_rng(0))
+        source = f"CheXpert-like synthetic val split, {args.n} cases x 14 labels"
     with replaced_fit():
         before, (mapped_before, ece_before) = best_cpu_seconds(args.repeats, lambda: workload(probs, y))
     now, (mapped_now, ece_now) = best_cpu_seconds(args.repeats, lambda: workload(probs, y))
-    print(f"CheXpert-like val split: {args.n} cases x 14 labels; 3 parametric recalibrators fitted and "
-          f"5-fold cross-validated (best CPU s of {args.repeats}, one thread)")
+    print(f"{source}: 3 parametric recalibrators fitted and 5-fold cross-validated "
+          f"(best CPU s of {args.repeats}, one thread)")
     print(f"  one L-BFGS per label (before): {before:7.2f} s")
     print(f"  every label at once (now):     {now:7.2f} s   x{before / now:.1f}")
     for name in PARAMETRIC:

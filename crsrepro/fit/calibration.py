@@ -53,6 +53,7 @@ from sklearn.utils.validation import check_is_fitted
 from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import expected_calibration_error
 from crsrepro.core.vocab import TASKS
+from crsrepro.fit.lbfgs import batched_lbfgs
 
 logger = logging.getLogger(__name__)
 
@@ -194,11 +195,14 @@ class _Recalibrator(BaseEstimator):
 class _LogLinearScaling(_Recalibrator):
     """``softmax(A(log p))`` with a parametric map A, fitted by L-BFGS on mean NLL plus a penalty.
 
-    Every problem of one fit (each label of a multi-label fit) is solved at once **[ours]**: one
-    ``torch.optim.LBFGS`` (strong Wolfe line search) minimises the sum of the problems' losses, which
-    are independent, so its minimiser is every problem's own. The problems are padded to the longest
-    one, a padded row carries no weight, and each problem's loss is the mean over its own rows
-    (``benchmarks/recalibration.py`` compares it with one L-BFGS per label).
+    One map (a multi-class fit) is fitted by ``torch.optim.LBFGS`` with a strong Wolfe line search.
+    The labels of a multi-label fit are fitted at once by :func:`crsrepro.fit.lbfgs.batched_lbfgs`, one
+    history, step and stopping test per label, with every loss evaluation batched over the labels still
+    running **[ours]**: the labels are padded to the longest one and a padded row carries no weight.
+    The batched solver's backtracking (Armijo) line search converges on these two-class maps, and is
+    3-5x faster on the demo's CheXpert val splits (``benchmarks/recalibration.py``); on a multi-class
+    Dirichlet map (K^2 + K parameters on log-probabilities down to log 1e-12) it left a gradient of
+    5e-4 after 200 iterations, where the strong Wolfe search converges.
 
     A subclass implements ``_init_params(K) -> list of arrays`` (the identity map) and
     ``_logits(params, log_p) -> Tensor`` on a leading problem axis (``params[i]`` of shape (P, ...),
@@ -206,9 +210,15 @@ class _LogLinearScaling(_Recalibrator):
     """
 
     max_iter = 200  # L-BFGS iterations of the calibration fit [ours]
+    tol = 1e-9  # the gradient tolerance of the calibration fit (largest absolute entry) [ours]
 
     def _penalty(self, params):
         return torch.zeros(params[0].shape[0], dtype=torch.float64)
+
+    def _losses(self, params, log_p, targets, weight):
+        """Each problem's weighted mean NLL plus its penalty, shape (P,)."""
+        log_q = torch.log_softmax(self._logits(params, log_p), dim=2)
+        return -(log_q.gather(2, targets[..., None])[..., 0] * weight).sum(1) + self._penalty(params)
 
     def _fit_maps(self, problems):
         if not problems:
@@ -222,21 +232,37 @@ class _LogLinearScaling(_Recalibrator):
             log_p[i, :len(y)] = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
             targets[i, :len(y)] = torch.as_tensor(y)
             weight[i, :len(y)] = 1.0 / len(y)
-        params = [torch.tensor(np.stack([p] * len(problems)), dtype=torch.float64, requires_grad=True)
-                  for p in self._init_params(n_classes)]
-        optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
-                                      tolerance_grad=1e-9, tolerance_change=1e-12)
+        start = [np.asarray(p, dtype=np.float64) for p in self._init_params(n_classes)]
+        if self.task_ == "multiclass":
+            params = [torch.tensor(p[None], requires_grad=True) for p in start]
+            optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
+                                          tolerance_grad=self.tol, tolerance_change=1e-12)
 
-        def closure():
-            optimizer.zero_grad()
-            log_q = torch.log_softmax(self._logits(params, log_p), dim=2)
-            nll = -(log_q.gather(2, targets[..., None])[..., 0] * weight).sum(1)
-            loss = (nll + self._penalty(params)).sum()
-            loss.backward()
-            return loss
+            def closure():
+                optimizer.zero_grad()
+                loss = self._losses(params, log_p, targets, weight)[0]
+                loss.backward()
+                return loss
 
-        optimizer.step(closure)
-        return [[part.detach()[i] for part in params] for i in range(len(problems))]
+            optimizer.step(closure)
+            return [[part.detach()[0] for part in params]]
+        shapes, sizes = [p.shape for p in start], [p.size for p in start]
+
+        def unflatten(theta):
+            return [part.reshape(len(theta), *shape) for part, shape in zip(theta.split(sizes, dim=1), shapes)]
+
+        def objective(theta, index):
+            theta = theta.detach().requires_grad_(True)
+            losses = self._losses(unflatten(theta), log_p[index], targets[index], weight[index])
+            (grad,) = torch.autograd.grad(losses.sum(), theta)
+            return losses.detach(), grad
+
+        theta = torch.as_tensor(np.tile(np.concatenate([p.ravel() for p in start]), (len(problems), 1)))
+        theta, _, converged, _ = batched_lbfgs(objective, theta, max_iter=self.max_iter, tol=self.tol)
+        if not converged.all():
+            logger.info("%s: %d of %d label maps stopped before the gradient tolerance", type(self).__name__,
+                        int((~converged).sum()), len(problems))
+        return [[part[0] for part in unflatten(theta[i:i + 1])] for i in range(len(problems))]
 
     def _state_from_lists(self, arrays):
         return [torch.tensor(a, dtype=torch.float64) for a in arrays]
