@@ -28,32 +28,15 @@ import torch
 from scipy.special import expit
 
 from crsrepro.fit import calibration
-from crsrepro.fit.calibration import LOG_FLOOR, cross_validated_ece, make_recalibrator
+from crsrepro.fit.calibration import cross_validated_ece, make_recalibrator
 
 PARAMETRIC = ("temperature", "vector", "dirichlet")
 
 
 def per_label_fit_maps(self, problems):
-    """The replaced fit: one ``torch.optim.LBFGS`` (strong Wolfe) per problem, on the same loss."""
-    states = []
-    for probs, y in problems:
-        log_p = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))[None]
-        targets = torch.as_tensor(y)
-        params = [torch.tensor(np.asarray(p, dtype=np.float64)[None], requires_grad=True)
-                  for p in self._init_params(probs.shape[1])]
-        optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
-                                      tolerance_grad=1e-9, tolerance_change=1e-12)
-
-        def closure():
-            optimizer.zero_grad()
-            loss = (torch.nn.functional.cross_entropy(self._logits(params, log_p)[0], targets)
-                    + self._penalty(params)[0])
-            loss.backward()
-            return loss
-
-        optimizer.step(closure)
-        states.append([p.detach()[0] for p in params])
-    return states
+    """The replaced fit: one ``torch.optim.LBFGS`` (strong Wolfe) per problem, as a multi-class map still is."""
+    start = self._start(problems[0][0].shape[1])
+    return [self._fit_strong_wolfe(start, *self._padded([problem])) for problem in problems]
 
 
 @contextmanager

@@ -220,32 +220,44 @@ class _LogLinearScaling(_Recalibrator):
         log_q = torch.log_softmax(self._logits(params, log_p), dim=2)
         return -(log_q.gather(2, targets[..., None])[..., 0] * weight).sum(1) + self._penalty(params)
 
-    def _fit_maps(self, problems):
-        if not problems:
-            return []
-        n_classes = problems[0][0].shape[1]
+    def _padded(self, problems):
+        """``log p`` (P, n, K), targets (P, n) and row weights (P, n) of the problems, padded to the longest
+        one: a problem's rows weigh ``1 / its length``, a padded row 0."""
         longest = max(len(y) for _, y in problems)
-        log_p = torch.zeros(len(problems), longest, n_classes, dtype=torch.float64)
+        log_p = torch.zeros(len(problems), longest, problems[0][0].shape[1], dtype=torch.float64)
         targets = torch.zeros(len(problems), longest, dtype=torch.long)
         weight = torch.zeros(len(problems), longest, dtype=torch.float64)
         for i, (probs, y) in enumerate(problems):
             log_p[i, :len(y)] = torch.as_tensor(np.log(np.clip(probs, LOG_FLOOR, 1)))
             targets[i, :len(y)] = torch.as_tensor(y)
             weight[i, :len(y)] = 1.0 / len(y)
-        start = [np.asarray(p, dtype=np.float64) for p in self._init_params(n_classes)]
+        return log_p, targets, weight
+
+    def _start(self, n_classes):
+        return [np.asarray(p, dtype=np.float64) for p in self._init_params(n_classes)]
+
+    def _fit_strong_wolfe(self, start, log_p, targets, weight):
+        """One problem (a leading axis of 1) by ``torch.optim.LBFGS`` with a strong Wolfe line search."""
+        params = [torch.tensor(p[None], requires_grad=True) for p in start]
+        optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
+                                      tolerance_grad=self.tol, tolerance_change=1e-12)
+
+        def closure():
+            optimizer.zero_grad()
+            loss = self._losses(params, log_p, targets, weight)[0]
+            loss.backward()
+            return loss
+
+        optimizer.step(closure)
+        return [part.detach()[0] for part in params]
+
+    def _fit_maps(self, problems):
+        if not problems:
+            return []
+        start = self._start(problems[0][0].shape[1])
+        log_p, targets, weight = self._padded(problems)
         if self.task_ == "multiclass":
-            params = [torch.tensor(p[None], requires_grad=True) for p in start]
-            optimizer = torch.optim.LBFGS(params, max_iter=self.max_iter, line_search_fn="strong_wolfe",
-                                          tolerance_grad=self.tol, tolerance_change=1e-12)
-
-            def closure():
-                optimizer.zero_grad()
-                loss = self._losses(params, log_p, targets, weight)[0]
-                loss.backward()
-                return loss
-
-            optimizer.step(closure)
-            return [[part.detach()[0] for part in params]]
+            return [self._fit_strong_wolfe(start, log_p, targets, weight)]
         shapes, sizes = [p.shape for p in start], [p.size for p in start]
 
         def unflatten(theta):

@@ -72,7 +72,7 @@ CACHE_VERSION = 8  # 2: per-seed train/val splits, keys derived from the feature
 #                    5: c_rule and c_tie, and auroc_full_val on the smaller fractions' clean rows;
 #                    6: meant the chosen C's finishing to 50x max_iter, but a merge left the code at 10x;
 #                    7: the chosen C finishes to 50x max_iter (crsrepro.fit.linear.FINISH_FACTOR, was 10x);
-#                    8: the parametric recalibrators fit every label at once (batched L-BFGS, Armijo search)
+#                    8: the parametric recalibrators fit the labels of a multi-label fit at once (batched_lbfgs)
 
 CASES_LAYOUT = """The per-case arrays of a full-label linear probe's row-set (``<output_dir>/cases/<rowset>.npz``):
 
