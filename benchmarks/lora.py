@@ -5,7 +5,13 @@
 2. On a GPU (when ``torch.cuda.is_available()``): ViT-B/16 at 224 px, bf16 autocast, batch 128, LoRA
    rank 8 on the attention projections (``attn.qkv``, ``attn.proj``), randomly initialised (timm,
    ``pretrained=False``: the weights do not change the speed, and nothing is downloaded).
-3. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes, each trained for the steps of 8 epochs of the full train split,
+3. ``--scoring``: what scoring a fine-tune costs, side by side in one run: the adapted network's forward
+   as peft runs it (the base and the adapter paths) and with the adapters merged into the base weights
+   (:func:`crsrepro.run.lora.merged`, what :func:`crsrepro.run.lora.score` embeds with), on the same images
+   (the demo's 240 test images x 19 conditions is about 5,000 per fine-tune), with the largest difference
+   between the two embeddings relative to their largest value. The adapters' B matrices are drawn at random
+   (peft starts them at zero, where merging changes nothing).
+4. The GPU-hours of the paper's protocol (43 cells x 3 seeds x 5 label regimes, each trained for the steps of 8 epochs of the full train split,
    :func:`crsrepro.run.plan.paper_gpu_hours`) from the GPU throughput measured here, or, without a GPU,
    from the planner's documented rate (``crsrepro.run.plan.THROUGHPUTS``: the ~3,100 img/s that a measurement outside this repository
    quotes for one H200, not measured here).
@@ -15,6 +21,7 @@ Usage::
     python benchmarks/lora.py                # CPU demo networks (+ the GPU path when a GPU is present)
     python benchmarks/lora.py --threads 1    # on a machine shared with other jobs
     python benchmarks/lora.py --steps 20 --gpu-batch 128
+    python benchmarks/lora.py --scoring      # scoring: peft's forward against the merged network (CPU, 1 thread)
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import numpy as np
 import torch
 
 from crsrepro.encoders import create_encoder
-from crsrepro.run.lora import LoraParams, _embed, _loss, adapt, adaptable
+from crsrepro.run.lora import LoraParams, _embed, _features, _loss, adapt, adaptable, merged
 from crsrepro.run.plan import paper_gpu_hours
 from crsrepro.run.plan import THROUGHPUTS
 from crsrepro.profiles import load_profile
@@ -63,6 +70,26 @@ def demo_step(encoder_id: str, batch_size: int):
     return step
 
 
+def scoring_side_by_side(encoder_id: str, n_images: int, batch_size: int) -> tuple[float, float, float]:
+    """(peft's forward seconds, the merged network's seconds, largest relative difference) embedding
+    ``n_images`` random images with an adapted demo network whose adapters are not zero."""
+    adapted = adapt(create_encoder(encoder_id), seed=0)
+    with torch.no_grad():
+        for name, p in adapted.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.01, generator=torch.Generator().manual_seed(0))
+    size = adapted.spec.input_size
+    images = torch.randint(0, 256, (n_images, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    started = time.process_time()
+    unmerged = _features(adapted, images, batch_size)
+    peft_seconds = time.process_time() - started
+    started = time.process_time()
+    network = merged(adapted)
+    merged_features = _features(network, images, batch_size)
+    merged_seconds = time.process_time() - started
+    return peft_seconds, merged_seconds, float(np.abs(unmerged - merged_features).max() / np.abs(unmerged).max())
+
+
 def vit_b16_gpu_step(batch_size: int):
     """One LoRA step of ViT-B/16 (224 px, bf16 autocast, channels-last input) on the GPU."""
     import timm
@@ -94,9 +121,20 @@ def main() -> None:
     parser.add_argument("--gpu-batch", type=int, default=128)
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--no-cpu", action="store_true", help="skip the demo networks")
+    parser.add_argument("--scoring", action="store_true", help="only the scoring forward, peft's against merged")
+    parser.add_argument("--images", type=int, default=2048, help="images embedded per network with --scoring")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.scoring:
+        torch.set_num_threads(args.threads or 1)
+        print(f"scoring forward of {args.images} images on the CPU ({torch.get_num_threads()} thread), CPU seconds:")
+        for encoder_id in adaptable(load_profile("demo").encoders):
+            peft_seconds, merged_seconds, difference = scoring_side_by_side(encoder_id, args.images,
+                                                                            load_profile("demo").features.batch_size)
+            print(f"  {encoder_id:22s} peft {peft_seconds:6.2f} s  merged {merged_seconds:6.2f} s  "
+                  f"x{peft_seconds / merged_seconds:4.2f}  largest relative difference {difference:.1e}")
+        return
     if not args.no_cpu:
         print(f"LoRA step throughput on the CPU ({torch.get_num_threads()} threads), batch {args.batch}:")
         for encoder_id in adaptable(load_profile("demo").encoders):

@@ -10,8 +10,8 @@ from crsrepro.analyse.lora import compare, lora_profiles
 from crsrepro.core.schema import COLUMNS
 from crsrepro.encoders import create_encoder
 from crsrepro.profiles import load_profile
-from crsrepro.run.lora import (LoraError, LoraParams, LoraStage, _loss, adapt, adaptable, base_state, default_cells,
-                               lora_targets, train)
+from crsrepro.run.lora import (LoraError, LoraParams, LoraStage, _features, _loss, adapt, adaptable, base_state,
+                               default_cells, lora_targets, merged, train)
 from crsrepro.run.plan import paper_gpu_hours, plan
 from crsrepro.run.stages import run_stages
 from crsrepro.score.dimensions import reliability_profiles
@@ -43,6 +43,27 @@ def test_only_adapters_and_head_train_and_the_base_is_unchanged(encoder_id):
     assert _state_equal(before, original)
     lora_b = [v for k, v in fine.trainable_state().items() if "lora_B" in k]
     assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # B starts at zero: the adapters did train
+
+
+@pytest.mark.parametrize("encoder_id", ["demo.random_cnn", "demo.random_vit"])
+def test_a_fine_tune_is_scored_with_its_adapters_merged_into_a_copy(encoder_id):
+    """score() embeds with merged(): the same network in one path per layer, so the embeddings agree with
+    peft's two-path forward to float32 rounding, and the trained adapters themselves are left as they were."""
+    adapted = adapt(create_encoder(encoder_id), seed=0)
+    with torch.no_grad():  # trained adapters: B is no longer zero (at zero, merging would change nothing)
+        for name, p in adapted.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05, generator=torch.Generator().manual_seed(1))
+    before = {**base_state(adapted.model), **{k: v for k, v in adapted.model.state_dict().items() if "lora_" in k}}
+    images, _ = _batch(n=24)
+    two_paths = _features(adapted, images, 8)
+    network = merged(adapted)
+    one_path = _features(network, images, 8)
+    base = _features(create_encoder(encoder_id), images, 8)
+    assert np.abs(one_path - base).max() > 0.01 * np.abs(base).max()  # the adapters' update is in it
+    assert np.abs(one_path - two_paths).max() <= 1e-5 * np.abs(two_paths).max()
+    after = {**base_state(adapted.model), **{k: v for k, v in adapted.model.state_dict().items() if "lora_" in k}}
+    assert _state_equal(after, before) and np.array_equal(_features(adapted, images, 8), two_paths)
 
 
 def _probe(encoder, images, labels, val_images, val_labels, task="multiclass"):

@@ -86,10 +86,11 @@ def test_every_training_parameter_enters_the_lora_keys():
 
 def test_the_lora_key_of_todays_defaults_is_the_one_cached_row_sets_carry():
     """Written out: the key of a LoRA plan (since issue 27.2: linear probe, then fine-tune, with warm-up,
-    cosine decay and early stopping; lora.VERSION 4: the tie-breaking val log-loss in float64)."""
+    cosine decay and early stopping; lora.VERSION 4: the tie-breaking val log-loss in float64; 5: scored with
+    the adapters merged into the base weights, issue 29)."""
     before = content_key(stage="lora", unit="u", fraction=0.25, epochs=2, warmup_epochs=1, patience=3, rank=8,
                          alpha=16, dropout=0.0, lr=1e-3, weight_decay=1e-2, batch_size=32, accumulation_steps=1,
-                         target_modules=["conv1", "conv2"], version=4, head="the frozen linear probe",
+                         target_modules=["conv1", "conv2"], version=5, head="the frozen linear probe",
                          optimiser="AdamW", schedule="linear warm-up, cosine decay to zero",
                          budget="steps of epochs x the full-label train split",
                          early_stopping="val macro AUROC, ties to the lower log-loss, epoch 0 the probe, best restored")
@@ -115,11 +116,12 @@ def test_adapt_trains_what_the_parameters_say():
 #: keys by lora.VERSION 3 (checkpoints keyed by the head's starting weights); the lora keys by lora.VERSION 4
 #: (the val log-loss that breaks epoch ties in float64); every key of demo.random_cnn by its weights, redrawn by
 #: numpy so that they are the same bytes on every CPU (PyTorch's init differed with the CPU's vector code);
-#: every key by CACHE_VERSION 8 (the parametric recalibrators fit every label at once: issue 29).
+#: every key by CACHE_VERSION 8 (the parametric recalibrators fit every label at once: issue 29); the lora keys
+#: by lora.VERSION 5 (a fine-tune is scored with its adapters merged into the base weights: issue 29).
 KEYS_BEFORE = {
     "grid": (8, "1adf66545f2adc9a0a3462dd9aa9378a28323ef2d11522f75a3997a5c7d73fce"),
     "depth": (8, "deafc3715871b402b9d32db3ef4d173458fdfab841ae3bdb08565cf03f827df6"),
-    "lora": (4, "f14bf1033a2fff7a8ccfc3494e28a495e236399c47f5b743c6ea2aa98d04310a"),
+    "lora": (4, "a0d593d127083734d9f6558292cb0293a0a12a76e274210c03150f0b19bb87fb"),
 }
 TINY = {"datasets": ["aptos2019"], "transfer": {}, "encoders": ["demo.random_cnn", "demo.color_histogram"],
         "seeds": [0, 1], "label_fractions": [0.25, 1.0], "perturbations": ["jpeg"], "severities": [2],
