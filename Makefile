@@ -2,6 +2,7 @@
 #   make book   # venv + install + demo world + run grid + papermill + Jupyter Book -> prints index.html
 #   make test   # venv + install + Chromium for the browser test (apt, when missing) + pytest
 #   make test-fast   # the same without the slow end-to-end tests (no book build)
+#   make test-real-size   # opt-in: the real-size dry run of MedSigLIP and MedGemma (896 px): many minutes
 # VENV=/path/to/env make ...  reuses an existing environment (the pinned torch build is several GB).
 VENV ?= .venv
 PROFILE ?= demo
@@ -9,7 +10,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.crsrepro-installed
 
-.PHONY: book test test-fast browser install clean
+.PHONY: book test test-fast test-real-size browser install clean
 
 install: $(STAMP)
 
@@ -31,6 +32,9 @@ test: $(STAMP) browser
 
 test-fast: $(STAMP)
 	$(PY) -m pytest $(XDIST) -m "not slow"
+
+test-real-size: $(STAMP)
+	$(PY) -m pytest -m real_size
 
 # Debian's chromium and chromium-driver for tests/test_browser.py (selenium comes with the test extra);
 # installed only when missing, and only as root: otherwise the browser test skips and says why.

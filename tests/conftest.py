@@ -2,7 +2,10 @@
 
 import contextlib
 import io
+import os
 import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -49,11 +52,15 @@ def _copy_book_sources(target: Path) -> Path:
 
 @dataclass(frozen=True)
 class BuiltBook:
-    """The smoke book built once per test run: its checkout, its ``CRSREPRO_HOME`` and its HTML."""
+    """The smoke book built once per test run: its checkout, its ``CRSREPRO_HOME`` and its HTML, and the two
+    ``crsrepro run --profile smoke`` commands that ran its grid with stdout a pipe: ``run`` from a cold home,
+    then ``quiet_run`` with ``-q`` (everything done by then)."""
 
     checkout: Path
     home: Path
     html: Path
+    run: subprocess.CompletedProcess
+    quiet_run: subprocess.CompletedProcess
 
     def pages(self) -> list[Path]:
         """Every page a reader reads: Sphinx's search and index pages and Jupyter Book's root
@@ -65,20 +72,25 @@ class BuiltBook:
 
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> BuiltBook:
-    """Run the smoke grid and build the smoke book once per test run, shared by every slow book test."""
+    """Run the smoke grid and build the smoke book once per test run, shared by every slow book test.
+
+    The grid runs as a user runs it, ``crsrepro run --profile smoke`` on a pool of 2 with stdout a pipe, so
+    that the progress tests read its output instead of running the grid a second time."""
     from crsrepro.present.book import build_book
-    from crsrepro.run.grid import run_grid
-    from crsrepro.profiles import load_profile
 
     checkout = _copy_book_sources(tmp_path_factory.mktemp("smoke_book"))
     home = checkout / ".crsrepro"
+    env = {**os.environ, "CRSREPRO_HOME": str(home), "CRSREPRO_MANIFESTS": str(checkout / "data_manifests")}
+    command = [sys.executable, "-m", "crsrepro", "run", "--profile", "smoke", "--workers", "2"]
+    run = subprocess.run(command, capture_output=True, text=True, cwd=checkout, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    quiet_run = subprocess.run([*command, "-q"], capture_output=True, text=True, cwd=checkout, env=env)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CRSREPRO_HOME", str(home))
         patch.setenv("CRSREPRO_MANIFESTS", str(checkout / "data_manifests"))
         patch.chdir(checkout)
-        run_grid(load_profile("smoke"), progress=False)
         index = build_book(profile="smoke", book_root=checkout, progress=False)
-    return BuiltBook(checkout=checkout, home=home, html=index.parent)
+    return BuiltBook(checkout=checkout, home=home, html=index.parent, run=run, quiet_run=quiet_run)
 
 
 # ------------------------------------------------------------------ the micro grid (test_executor, test_faults)

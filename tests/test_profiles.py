@@ -120,7 +120,7 @@ def test_what_differs_between_profiles_is_read_from_their_keys():
     assert len(demo.depth.pairs) == 4 and len(paper.depth.pairs) == 8
     assert (demo.lora.n_seeds, demo.lora.label_fractions, demo.lora.epochs, demo.lora.exclude) == \
         (1, (0.25, 1.0), 3, ("demo.effnet_lite0", "demo.derm_cnn", "demo.fundus_cnn", "demo.cxr_cnn"))
-    assert (smoke.lora.n_seeds, smoke.lora.epochs, smoke.lora.exclude) == (2, 1, ())
+    assert (smoke.lora.n_seeds, smoke.lora.epochs, smoke.lora.exclude) == (2, 1, ("demo.effnet_lite0", "demo.cxr_cnn"))
     assert (paper.lora.n_seeds, paper.lora.epochs, len(paper.lora.label_fractions)) == (3, 8, 5)
     assert paper.manifests.name == "" and demo.manifests.name == "demo" and smoke.manifests.name == "smoke"
     assert paper.claims.paper_scope and not demo.claims.paper_scope and not smoke.claims.paper_scope

@@ -3,9 +3,6 @@ a plain line every 10 % or 30 s elsewhere, a stage table at the end, and nothing
 Dask executors' progress is tested in tests/test_executor.py."""
 
 import io
-import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -151,22 +148,11 @@ def test_quiet_goes_before_or_after_the_command(argv):
 
 
 # ------------------------------------------------------------------ a redirected smoke run, end to end
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    """``crsrepro run --profile smoke`` with stdout a pipe (not a terminal), from a cold home; then the same
-    command again with -q (everything is done by then)."""
-    root = tmp_path_factory.mktemp("progress")
-    env = {**os.environ, "CRSREPRO_HOME": str(root / "home"), "CRSREPRO_MANIFESTS": str(root / "manifests")}
-    command = [sys.executable, "-m", "crsrepro", "run", "--profile", "smoke", "--workers", "2"]
-    first = subprocess.run(command, capture_output=True, text=True, cwd=root, env=env)
-    quiet = subprocess.run([*command, "-q"], capture_output=True, text=True, cwd=root, env=env)
-    return first, quiet
-
+# (the smoke book's grid: tests/conftest.py runs it as ``crsrepro run --profile smoke --workers 2`` into a pipe)
 
 @pytest.mark.slow
-def test_a_redirected_smoke_run_prints_each_stage_and_the_table(smoke_run):
-    first, _ = smoke_run
+def test_a_redirected_smoke_run_prints_each_stage_and_the_table(smoke_book):
+    first = smoke_book.run
     assert first.returncode == 0, first.stderr[-2000:]
     lines = first.stdout.splitlines()
     for stage in ("demo world (smoke)", "planning (smoke)", "grid extraction (smoke)", "probe fits (smoke)"):
@@ -184,8 +170,8 @@ def test_a_redirected_smoke_run_prints_each_stage_and_the_table(smoke_run):
 
 
 @pytest.mark.slow
-def test_quiet_silences_the_headers_bars_and_table(smoke_run):
-    _, quiet = smoke_run
+def test_quiet_silences_the_headers_bars_and_table(smoke_book):
+    quiet = smoke_book.quiet_run
     assert quiet.returncode == 0, quiet.stderr[-2000:]
     assert quiet.stdout.splitlines() == [quiet.stdout.splitlines()[0]]
     assert quiet.stdout.split()[1:3] == ["result", "rows"]
