@@ -377,10 +377,12 @@ def _environment(**variables):
                 os.environ[k] = v
 
 
-def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path("."), out=print) -> pd.DataFrame:
+def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path("."), subsample=None,
+                     out=print) -> pd.DataFrame:
     """Step 5 of the module docstring: the run grid on :data:`GRID_ENCODERS` at real size with random
-    weights and the real-mini stand-ins subsampled to :data:`GRID_SUBSAMPLE`, the frame frozen from it,
-    and :data:`CHAPTER` executed by papermill; everything under ``scratch``. Returns the grid's results."""
+    weights and the real-mini stand-ins subsampled to ``subsample`` (default :data:`GRID_SUBSAMPLE`; the tests
+    take fewer), the frame frozen from it, and :data:`CHAPTER` executed by papermill; everything under
+    ``scratch``. Returns the grid's results."""
     from crsrepro.encoders import get_encoder_spec
     from crsrepro.present.book import execute_notebook
     from crsrepro.profiles import load_profile
@@ -393,7 +395,7 @@ def grid_and_chapter(images_root: Path, scratch: Path, *, book_root: Path = Path
     profile_path.write_text(yaml.safe_dump({
         "include": "real-mini", "name": "paper-dryrun",
         "description": "The dry run's grid: paper architectures at real size with random weights, on real images.",
-        "data": {"root": str(Path(images_root).absolute()), "subsample": GRID_SUBSAMPLE},
+        "data": {"root": str(Path(images_root).absolute()), "subsample": dict(subsample or GRID_SUBSAMPLE)},
         "encoders": list(GRID_ENCODERS), "seeds": [0, 1], "label_fractions": [0.25, 1.0],
         "perturbations": ["gaussian_blur", "jpeg"], "severities": [3], "control_probes": {"probes": []},
         "features": {"cache_dir": str(scratch / "features")}, "output_dir": str(scratch / "results")}))
