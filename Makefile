@@ -2,7 +2,7 @@
 #   make book   # venv + install + demo world + run grid + papermill + Jupyter Book -> prints index.html
 #   make test   # venv + install + Chromium for the browser test (apt, when missing) + pytest
 #   make test-fast   # the same without the slow end-to-end tests (no book build)
-#   make test-real-size   # opt-in: the real-size dry run of MedSigLIP and MedGemma (896 px): many minutes
+#   make test-real-size   # opt-in: the real-size dry run of the three largest architectures: many minutes
 # VENV=/path/to/env make ...  reuses an existing environment (the pinned torch build is several GB).
 VENV ?= .venv
 PROFILE ?= demo

@@ -2,9 +2,10 @@
 
 The fast tests check the real-size table against the specs on the meta device (no memory, no time) and the
 choice of images; the slow tests run a reduced dry run (extraction of every tap at native size, one LoRA step and
-the protocol's tail) on LLaVA-Med's ViT-L/14-336 tower beside ResNet-50, and, opt-in (``make test-real-size``), on the SigLIP
-towers of MedSigLIP (448 px) and MedGemma (896 px), whose real-size CPU runs take many minutes. Real images come
-from ../shared/realdata/images; tests that need them skip when it is absent.
+the protocol's tail) on BioViL at 480 px and a ViT-B/16, and, opt-in (``make test-real-size``), on the three
+largest architectures (MedSigLIP at 448 px, MedGemma at 896 px, LLaVA-Med's ViT-L/14-336), whose real-size CPU
+runs take many minutes. Real images come from ../shared/realdata/images; tests that need them skip when it is
+absent.
 """
 
 from pathlib import Path
@@ -80,27 +81,28 @@ def test_the_three_largest_architectures_are_medsiglip_medgemma_and_llava_med():
 
 @pytest.mark.slow
 @needs_images
-def test_a_reduced_dry_run_of_the_llava_med_tower_beside_resnet50(tmp_path):
-    """LLaVA-Med's ViT-L/14-336 tower (304M parameters at 336 px), built at real size through its builder, every
-    tap extracted, one LoRA step, beside the smallest architecture (ResNet-50), since the CRS of the protocol's
-    tail needs a peer on each dataset: about 3 minutes beside the other slow tests on 2 cores, most of it
-    building and writing the real-size checkpoints. The two SigLIP towers take the opt-in test below."""
-    _, text = _reduced_dry_run(["medical.llava_med", "general.resnet50"], tmp_path)
-    assert "images at 336 px" in text and "(= spec)" in text
-    assert text.count("frozen base unchanged bit for bit") + text.count("LoRA: skipped") == 2
+def test_a_reduced_dry_run_of_biovil_at_480_px_and_a_vit_b16(tmp_path):
+    """BioViL's ResNet-50 at its native 480 px and the ViT-B/16 (86M parameters), each built at real size through
+    its builder from a random checkpoint in its release layout, every tap extracted, one LoRA step; two encoders,
+    since the CRS of the protocol's tail needs a peer on each dataset. The three largest take the opt-in test below
+    (LLaVA-Med's tower beside ResNet-50 alone took 201 s of `make test`'s 10 minutes)."""
+    _, text = _reduced_dry_run(["specialist.biovil", "general.vit_b16"], tmp_path)
+    assert "images at 480 px" in text and "images at 224 px" in text and "(= spec)" in text
+    assert text.count("frozen base unchanged bit for bit") == 2
 
 
 @pytest.mark.slow
 @pytest.mark.real_size
 @needs_images
-def test_a_reduced_dry_run_of_the_siglip_towers_at_448_and_896_px(tmp_path):
-    """MedSigLIP (429M parameters at 448 px) and MedGemma's Gemma3 vision tower at 896 px (4,096 tokens; its CPU
-    forward is about 35 s an image and its LoRA step about two minutes). `make test` leaves them out: with
-    LLaVA-Med they took 19 minutes beside the other slow tests on 2 cores, MedSigLIP with LLaVA-Med 6 minutes.
-    Run them with `make test-real-size`; `crsrepro dry-run` runs them with the other 13."""
-    _, text = _reduced_dry_run(["medical.medsiglip", "medical.medgemma"], tmp_path)
-    assert "images at 448 px" in text and "images at 896 px" in text and "(= spec)" in text
-    assert text.count("frozen base unchanged bit for bit") == 2
+def test_a_reduced_dry_run_of_the_three_largest_architectures(tmp_path):
+    """MedSigLIP (429M parameters at 448 px), MedGemma's Gemma3 vision tower at 896 px (4,096 tokens; its CPU
+    forward is about 35 s an image and its LoRA step about two minutes) and LLaVA-Med's ViT-L/14-336 tower. `make
+    test` leaves them out: they took 19 of its 24 minutes beside the other slow tests on 2 cores (486 s alone).
+    Run them with `make test-real-size`; `crsrepro dry-run` runs them with the other 12."""
+    _, text = _reduced_dry_run(LARGEST, tmp_path)
+    assert "images at 448 px" in text and "images at 896 px" in text and "images at 336 px" in text
+    assert "(= spec)" in text
+    assert text.count("frozen base unchanged bit for bit") + text.count("LoRA: skipped") == 3
 
 
 @pytest.mark.slow
