@@ -60,8 +60,8 @@ def test_one_image_per_class_and_nih_labels_that_differ():
 
 
 def _reduced_dry_run(encoders, scratch):
-    """The dry run on ``encoders``, on one domain, the CheXpert stand-in (2 NIH images), without the grid;
-    its table and its report's text."""
+    """The text of the dry run's report on ``encoders``, on one domain, the CheXpert stand-in (2 NIH images),
+    without the grid."""
     lines = []
     reduced = load_profile("paper", overrides={"datasets": ["chexpert"], "transfer": {}})
     table = dr.dry_run(reduced, images_root=IMAGES, encoders=encoders, scratch=scratch, grid=False, threads=1,
@@ -69,7 +69,7 @@ def _reduced_dry_run(encoders, scratch):
     assert list(table["encoder"]) == sorted(encoders, key=lambda e: get_encoder_spec(e).n_params
                                             * get_encoder_spec(e).input_size ** 2)
     assert (table["peak_gb"] > 0).all() and (table["extract_img_s"] > 0).all() and table["crs"].notna().all()
-    return table, "\n".join(lines)
+    return "\n".join(lines)
 
 
 LARGEST = sorted(PAPER_IDS, key=lambda e: get_encoder_spec(e).n_params, reverse=True)[:3]
@@ -86,7 +86,7 @@ def test_a_reduced_dry_run_of_biovil_at_480_px_and_a_vit_b16(tmp_path):
     its builder from a random checkpoint in its release layout, every tap extracted, one LoRA step; two encoders,
     since the CRS of the protocol's tail needs a peer on each dataset. The three largest take the opt-in test below
     (LLaVA-Med's tower beside ResNet-50 alone took 201 s of `make test`'s 10 minutes)."""
-    _, text = _reduced_dry_run(["specialist.biovil", "general.vit_b16"], tmp_path)
+    text = _reduced_dry_run(["specialist.biovil", "general.vit_b16"], tmp_path)
     assert "images at 480 px" in text and "images at 224 px" in text and "(= spec)" in text
     assert text.count("frozen base unchanged bit for bit") == 2
 
@@ -99,7 +99,7 @@ def test_a_reduced_dry_run_of_the_three_largest_architectures(tmp_path):
     forward is about 35 s an image and its LoRA step about two minutes) and LLaVA-Med's ViT-L/14-336 tower. `make
     test` leaves them out: they took 19 of its 24 minutes beside the other slow tests on 2 cores (486 s alone).
     Run them with `make test-real-size`; `crsrepro dry-run` runs them with the other 12."""
-    _, text = _reduced_dry_run(LARGEST, tmp_path)
+    text = _reduced_dry_run(LARGEST, tmp_path)
     assert "images at 448 px" in text and "images at 896 px" in text and "images at 336 px" in text
     assert "(= spec)" in text
     assert text.count("frozen base unchanged bit for bit") + text.count("LoRA: skipped") == 3
