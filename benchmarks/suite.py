@@ -2,10 +2,12 @@
 
 ``make test`` and ``make test-fast`` run pytest-xdist (the Makefile's ``XDIST``, which ``PARALLEL`` repeats);
 ``tests/conftest.py`` groups the tests so that each shared fixture is built once and the long slow tests
-start first. This script runs the same lane serially (what the Makefile ran before) and on every core, in
-that order, and prints each wall time and their ratio. Run it on an otherwise idle machine.
+start first, and gives each worker its share of the cores' threads. This script runs the same lane serially
+(what the Makefile ran before), on every core with each worker on torch's default threads (one per core:
+before the share; ``OMP_NUM_THREADS`` set to the core count keeps it), and on every core as the Makefile
+runs it, in that order, and prints each wall time and the ratios. Run it on an otherwise idle machine.
 
-Usage: ``python benchmarks/suite.py [--lane fast|full]`` (``full`` takes about 45 minutes on 2 cores)
+Usage: ``python benchmarks/suite.py [--lane fast|full]`` (``full`` runs the whole suite three times: about 35 minutes on 2 cores)
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ REPO = Path(__file__).resolve().parents[1]
 PARALLEL = ["-n", "auto", "--dist", "loadgroup", "--no-loadscope-reorder"]
 
 
-def run(args: list[str]) -> tuple[float, str]:
-    """Wall seconds of ``pytest -q`` with ``args`` in the checkout, and its summary line."""
+def run(args: list[str], env: dict | None = None) -> tuple[float, str]:
+    """Wall seconds of ``pytest -q`` with ``args`` (and ``env`` added to the environment) in the checkout, and its
+    summary line."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=REPO,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, **(env or {})})
     seconds = time.perf_counter() - start
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr.strip()[-200:]
     if done.returncode != 0:
@@ -40,10 +43,12 @@ def main() -> None:
     name = 'fast (-m "not slow")' if lane else "full"
     print(f"{os.cpu_count()} cores; lane: {name}")
     serial, serial_summary = run(lane)
-    print(f"serial         {serial:7.1f} s   {serial_summary}")
+    print(f"serial                                                    {serial:7.1f} s   {serial_summary}")
+    shared, shared_summary = run(PARALLEL + lane, env={"OMP_NUM_THREADS": str(os.cpu_count())})
+    print(f"every core, each worker on every core's threads (before)  {shared:7.1f} s   {shared_summary}")
     parallel, parallel_summary = run(PARALLEL + lane)
-    print(f"every core     {parallel:7.1f} s   {parallel_summary}")
-    print(f"ratio serial / every core: {serial / parallel:.2f}x")
+    print(f"every core, each worker on its share of the threads (now) {parallel:7.1f} s   {parallel_summary}")
+    print(f"ratios: serial / now {serial / parallel:.2f}x, before / now {shared / parallel:.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,20 @@ import pytest
 REPO = Path(__file__).parents[1]
 
 
+def pytest_configure(config):
+    """Under pytest-xdist each worker computes with its share of the cores (torch's and BLAS's threads), unless
+    ``OMP_NUM_THREADS`` says otherwise: two workers of two threads each on 2 cores oversubscribe them, and small
+    torch ops then wait on each other (``benchmarks/suite.py``: the fast lane 1.3x faster with one thread each)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        threadpool_limits(threads)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     """Order the slow tests first and group the tests for pytest-xdist (``make test`` and ``make test-fast`` run

@@ -35,9 +35,18 @@ def test_the_local_pool_gives_the_serial_table(micro_world, reference):
 
 
 def test_a_dask_local_cluster_gives_the_serial_table(micro_world, reference):
+    """Beside another cluster (port 8787 taken, as on a shared machine), without a warning."""
+    import socket
+    import warnings
+
     pytest.importorskip("distributed")
     micro_world.clear()
-    grid.run_grid(micro_world.profile(), progress=False, executor="dask", workers=2)
+    with socket.socket() as taken, warnings.catch_warnings():
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("", 8787))
+        taken.listen()
+        warnings.filterwarnings("error", message="Port .* is already in use")
+        grid.run_grid(micro_world.profile(), progress=False, executor="dask", workers=2)
     micro_world.assert_state(reference)
 
 

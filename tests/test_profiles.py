@@ -38,6 +38,7 @@ def _write(tmp_path, data, name="p.yaml"):
     ({"transfer": {"isic2019": "mimic_cxr"}, "datasets": ["chexpert"]}, "transfer"),
     ({"depth": {"pairs": [["demo.random_cnn"]]}}, "depth.pairs"),
     ({"depth": {"pairs": [["demo.random_cnn", "mimic_cxr"]]}}, "depth.pairs"),
+    ({"depth": {"exclude": ["random_cnn"]}}, "depth.exclude"),
     ({"lora": {"n_seeds": 0}}, "lora.n_seeds"),
     ({"lora": {"label_fractions": [2.0]}}, "lora.label_fractions"),
     ({"lora": {"exclude": ["effnet"]}}, "lora.exclude"),
@@ -118,6 +119,8 @@ def test_what_differs_between_profiles_is_read_from_their_keys():
     settings; tests/test_stages.py checks that a renamed copy of paper.yaml plans the paper's work)."""
     demo, smoke, paper, seeds20, mini = (load_profile(n) for n in ("demo", "smoke", "paper", "demo-seeds20", "real-mini"))
     assert len(demo.depth.pairs) == 4 and len(paper.depth.pairs) == 8
+    assert smoke.depth.pairs is None and smoke.depth.exclude == ("demo.effnet_lite0", "demo.cxr_cnn")
+    assert demo.depth.exclude == paper.depth.exclude == ()
     assert (demo.lora.n_seeds, demo.lora.label_fractions, demo.lora.epochs, demo.lora.exclude) == \
         (1, (0.25, 1.0), 3, ("demo.effnet_lite0", "demo.derm_cnn", "demo.fundus_cnn", "demo.cxr_cnn"))
     assert (smoke.lora.n_seeds, smoke.lora.epochs, smoke.lora.exclude) == (2, 1, ("demo.effnet_lite0", "demo.cxr_cnn"))

@@ -55,6 +55,7 @@ import importlib
 import importlib.util
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -254,7 +255,9 @@ def preprocessing_fields(source: str, values: dict) -> dict:
 def _torchscript_builder(spec: EncoderSpec, *, weights=None, device="cpu") -> UserEncoder:
     path = Path(weights)
     try:
-        model = torch.jit.load(str(path), map_location="cpu")
+        with warnings.catch_warnings():  # torch deprecates TorchScript, our format: not the user's to act on
+            warnings.filterwarnings("ignore", message="`torch.jit.load` is deprecated", category=FutureWarning)
+            model = torch.jit.load(str(path), map_location="cpu")
     except (RuntimeError, ValueError) as exc:
         raise WrongWeightsError(f"{spec.id}: {path} is not a TorchScript file saved with torch.jit.save "
                                 f"({str(exc).splitlines()[0]})") from exc

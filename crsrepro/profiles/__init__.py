@@ -157,7 +157,7 @@ SCHEMA: dict[str, Any] = {
     },
     "features": {"cache_dir": _str, "batch_size": _pos_int, "num_workers": _nonneg_int, "device": _str},
     "bootstrap": {"n_resamples": _pos_int, "n_case_resamples": _pos_int},
-    "depth": {"pairs": _pairs},
+    "depth": {"pairs": _pairs, "exclude": _list_of(_is_encoder_id, "encoder ids (namespace.name)", nonempty=False)},
     "lora": {"n_seeds": _pos_int, "label_fractions": _fraction_list, "epochs": _pos_int,
              "exclude": _list_of(_is_encoder_id, "encoder ids (namespace.name)", nonempty=False)},
     "manifests": {"name": _scalar(lambda v: isinstance(v, str), "a string (empty: <dataset>.csv) or null")},
@@ -178,8 +178,9 @@ DEFAULTS: dict[str, Any] = {
     "bootstrap": {"n_case_resamples": 1000},  # [ours] the two-level (seeds x test cases) bootstrap
     # None: the controls run on every label fraction and condition (the paper's "both control probes")
     "control_probes": {"label_fractions": None, "conditions": None},
-    # The sections below may be left out whole. None: every cell of an encoder with depth taps is swept.
-    "depth": {"pairs": None},
+    # The sections below may be left out whole. pairs None: every cell of an encoder with depth taps that
+    # exclude does not leave out is swept.
+    "depth": {"pairs": None, "exclude": []},
     # [ours] the demo's LoRA plan (paper.yaml sets the paper's, DESIGN.md section 11; the recipe, linear
     # probe then fine-tune, is crsrepro.run.lora's): 1 seed, 25 % and 100 % labels (the fewest fractions
     # that give a retention), 3 epochs (one of warm-up, two of decay), and three networks, so that the
@@ -264,7 +265,8 @@ class BootstrapSection:
 class DepthSection:
     """``depth``: the (encoder, dataset) pairs of the layer-depth sweep (DESIGN.md section 11)."""
 
-    pairs: tuple | None  #: ((encoder, dataset), ...); None: every cell of an encoder with depth taps
+    pairs: tuple | None  #: ((encoder, dataset), ...); None: every cell of an encoder with depth taps ...
+    exclude: tuple  #: ... less the cells of these encoders (only where ``pairs`` is None)
 
 
 @dataclass(frozen=True)

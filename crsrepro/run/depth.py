@@ -81,13 +81,15 @@ def tap_depth(spec, layer: str) -> float:
 
 def pairs(profile: Profile) -> list[tuple[str, str]]:
     """The pairs a profile sweeps: its ``depth.pairs``, or, where that is null, every cell of an encoder
-    with depth taps (the demo and smoke profiles: every demo network on every dataset)."""
+    with depth taps that ``depth.exclude`` does not leave out (the smoke profile: its two TinyCNNs on
+    every dataset)."""
     from crsrepro.encoders import get_encoder_spec
     from crsrepro.run.grid import cells
 
     if profile.depth.pairs is not None:
         return [tuple(pair) for pair in profile.depth.pairs]
-    return [(e, d) for e, d in cells(profile) if len(taps(get_encoder_spec(e))) > 1]
+    return [(e, d) for e, d in cells(profile)
+            if e not in profile.depth.exclude and len(taps(get_encoder_spec(e))) > 1]
 
 
 def _check_pair(profile: Profile, spec, dataset: str) -> None:

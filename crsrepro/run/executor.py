@@ -239,8 +239,11 @@ def _dask(tasks: list[Task], workers: int, scheduler: str | None, finished: Call
                 raise CrsreproError(f"a LocalCluster of {workers} workers on a cuda profile would put {workers} "
                                     f"extraction tasks on one GPU: use --executor local, --workers 1, or a "
                                     f"cluster whose GPU workers declare --resources GPU=1 (--scheduler ADDRESS)")
+            # no dashboard; the scheduler's HTTP routes on a free local port, not on 8787, where a second
+            # cluster on a shared machine found it taken and warned
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   resources={"GPU": 1} if gpu else None, dashboard_address=None)
+                                   resources={"GPU": 1} if gpu else None, dashboard_address=None,
+                                   scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
             client = Client(cluster)
         try:
             client.forward_logging("crsrepro")  # a task's log records are handled here, as on the local pool
