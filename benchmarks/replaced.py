@@ -8,6 +8,9 @@
 2. **The reliability profiles** (:func:`crsrepro.score.dimensions.reliability_profiles`, which the multiverse
    calls about 50 times) read one pass of numpy arrays instead of a pandas loop cell by cell
    (:func:`per_cell_profiles`, the code it replaced); on a demo-sized runs table, they must give equal tables.
+3. **The dry run's frozen-base check** (:func:`crsrepro.tools.dry_run`'s LoRA step) reads the network's base
+   weights once after the step, instead of once per weight (:func:`per_key_frozen_check`: a full copy of the
+   network for each of its tensors); on a ViT-B/16 with LoRA adapters (random weights), both must say "frozen".
 
 Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2]`` (one torch thread, best CPU time)
 """
@@ -24,6 +27,7 @@ from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, is_perturbation, is_tra
 from crsrepro.core.vocab import CLEAN, LINEAR
 from crsrepro.fit import lbfgs
 from crsrepro.fit.linear import fit_linear_probes
+from crsrepro.run.lora import base_state
 from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
 
 _EPS = lbfgs._EPS
@@ -151,6 +155,26 @@ def per_cell_profiles(
     return pd.DataFrame(rows)
 
 
+def vit_b16_with_adapters():
+    """A ViT-B/16 at real size (random weights, nothing downloaded) with LoRA adapters on its attention."""
+    import timm
+    from peft import LoraConfig, inject_adapter_in_model
+
+    model = timm.create_model("vit_base_patch16_224", pretrained=False, num_classes=0)
+    return inject_adapter_in_model(LoraConfig(r=8, lora_alpha=16, target_modules=["qkv"]), model)
+
+
+def per_key_frozen_check(model, base):
+    """The dry run's frozen-base check before issue 29: the base state read again for every tensor."""
+    return all(torch.equal(v, base_state(model)[k]) for k, v in base.items())
+
+
+def frozen_check(model, base):
+    """The check as the dry run makes it now: the base state read once."""
+    now = base_state(model)
+    return all(torch.equal(v, now[k]) for k, v in base.items())
+
+
 def best_cpu(func, repeats):
     best, out = np.inf, None
     for _ in range(repeats):
@@ -215,6 +239,13 @@ def main():
     equal = old.equals(new)
     print(f"reliability profiles, {len(old)} cells x seeds from {len(runs)} runs: per-cell loop {before:.3f} s, "
           f"one pass {after:.3f} s ({before / after:.1f}x); tables {'equal' if equal else 'DIFFER'}")
+
+    model = vit_b16_with_adapters()
+    base = base_state(model)
+    before, old = best_cpu(lambda: per_key_frozen_check(model, base), 1)
+    after, new = best_cpu(lambda: frozen_check(model, base), args.repeats)
+    print(f"frozen-base check, ViT-B/16 with adapters ({len(base)} base tensors): per tensor {before:.2f} s, "
+          f"once {after:.3f} s ({before / after:.0f}x); both {'frozen' if old and new else 'DIFFER'}")
 
 
 if __name__ == "__main__":
