@@ -11,8 +11,15 @@
 3. **The dry run's frozen-base check** (:func:`crsrepro.tools.dry_run`'s LoRA step) reads the network's base
    weights once after the step, instead of once per weight (:func:`per_key_frozen_check`: a full copy of the
    network for each of its tensors); on a ViT-B/16 with LoRA adapters (random weights), both must say "frozen".
+4. **The multiverse's conclusions** (:mod:`crsrepro.analyse.sensitivity`: ``conclusions``, ``choice_effects``,
+   ``level_moves``, ``informative_shares``, which chapter 05b and the claims page call) find each encoder's rank
+   shift in one pass over the two ranking columns instead of ``DataFrame.apply`` row by row, and drop the
+   table's attrs (its per-combination CRS arrays, which pandas deep-copied into every derived frame). The code
+   it replaced is read from git at ``--before`` (``git show REV:crsrepro/analyse/sensitivity.py``) and run on
+   the multiverse of a profile whose run is built (``--profile``; skipped when none is): equal outputs.
 
-Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2]`` (one torch thread, best CPU time)
+Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250]`` (one torch
+thread, best CPU time)
 """
 
 import argparse
@@ -22,6 +29,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from crsrepro.analyse import sensitivity
+from crsrepro.analyse.run_analysis import RunAnalysis
+from crsrepro.core.errors import CrsreproError
 from crsrepro.core.metrics import label_efficiency_retention, robustness_raw
 from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, is_perturbation, is_transfer
 from crsrepro.core.vocab import CLEAN, LINEAR
@@ -175,6 +185,28 @@ def frozen_check(model, base):
     return all(torch.equal(v, now[k]) for k, v in base.items())
 
 
+def sensitivity_module(revision: str):
+    """:mod:`crsrepro.analyse.sensitivity` as it was at git ``revision`` (the code a speed-up replaced)."""
+    import subprocess
+    import sys
+    import types
+    from pathlib import Path
+
+    source = subprocess.run(["git", "show", f"{revision}:crsrepro/analyse/sensitivity.py"], check=True,
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
+    module = types.ModuleType(f"sensitivity_at_{revision}")
+    module.__file__ = sensitivity.__file__  # it reads its sensitivity_space.yaml beside it
+    sys.modules[module.__name__] = module  # its dataclasses look their module up
+    exec(compile(source, f"sensitivity.py@{revision}", "exec"), module.__dict__)
+    return module
+
+
+def multiverse_conclusions(module, table):
+    """Everything chapter 05b and the claims page compute from a multiverse table."""
+    return (module.conclusions(table), module.choice_effects(table), module.level_moves(table),
+            module.informative_shares(table))
+
+
 def best_cpu(func, repeats):
     best, out = np.inf, None
     for _ in range(repeats):
@@ -223,6 +255,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dim", type=int, default=128, help="feature dimension of the probe (effnet-lite0: 1280)")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--profile", default="smoke", help="a profile whose run is built, for the multiverse")
+    parser.add_argument("--before", default="24eb250", help="the git revision of the replaced sensitivity code")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -246,6 +280,18 @@ def main():
     after, new = best_cpu(lambda: frozen_check(model, base), args.repeats)
     print(f"frozen-base check, ViT-B/16 with adapters ({len(base)} base tensors): per tensor {before:.2f} s, "
           f"once {after:.3f} s ({before / after:.0f}x); both {'frozen' if old and new else 'DIFFER'}")
+
+    try:
+        table = RunAnalysis.load(args.profile).multiverse
+    except CrsreproError as exc:
+        print(f"multiverse conclusions: skipped ({exc})")
+    else:
+        old_module = sensitivity_module(args.before)
+        before, old = best_cpu(lambda: multiverse_conclusions(old_module, table), 1)
+        after, new = best_cpu(lambda: multiverse_conclusions(sensitivity, table), args.repeats)
+        equal = all(a.equals(b) for a, b in zip(old[:3], new[:3])) and old[3] == new[3]
+        print(f"multiverse conclusions, {args.profile}'s {len(table):,} combinations: at {args.before} {before:.2f} s, "
+              f"now {after:.2f} s ({before / after:.1f}x); outputs {'equal' if equal else 'DIFFER'}")
 
 
 if __name__ == "__main__":

@@ -490,10 +490,33 @@ the reversed pairs within :data:`REVERSAL_TOLERANCE`. (tau < 1 and reversals > 0
 different rankings, so they cannot.)"""
 
 
+def _without_attrs(table: pd.DataFrame) -> pd.DataFrame:
+    """A shallow copy of ``table`` without its attrs: pandas deep-copies a frame's attrs into every frame
+    derived from it, and the multiverse's hold its per-combination CRS arrays (4 of the 7.5 s that chapter
+    05b's numbers took on the smoke book's 49,248 combinations)."""
+    plain = table.copy(deep=False)
+    plain.attrs = {}
+    return plain
+
+
+def rank_shift(auroc_ranking, ranking, encoder: str) -> int:
+    """The encoder's rank under AUROC minus its rank under the CRS: positive = it rises under the CRS."""
+    return auroc_ranking.index(encoder) - ranking.index(encoder)
+
+
+def rank_shifts(table: pd.DataFrame, encoder: str) -> pd.Series:
+    """:func:`rank_shift` of ``encoder`` in every combination (row) of a multiverse table, in one pass over
+    its two ranking columns (``DataFrame.apply`` row by row took 6 of the smoke chapter's 16 s,
+    ``benchmarks/replaced.py``)."""
+    return pd.Series([rank_shift(a, r, encoder) for a, r in zip(table["auroc_ranking"], table["ranking"])],
+                     index=table.index, dtype=int)
+
+
 def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     """Per combination (rows) and conclusion (columns): whether it holds as in the default; and
     ``{conclusion: the default's value, as text}``. ``attrs["kinds"]`` names the column of each of the
     :data:`INFORMATIVE` conclusions and, when the default has it, of ``external_validity``."""
+    table = _without_attrs(table)
     d = _default_row(table)
     holds, values = {}, {}
     kinds = dict(zip(INFORMATIVE, (f"the leader is {d['leader']}", "the top-three set is the default's",
@@ -508,13 +531,11 @@ def _holds(table: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     tolerance = max(1.0, REVERSAL_TOLERANCE * d["reversed_pairs"])
     holds[key], values[key] = (table["reversed_pairs"] - d["reversed_pairs"]).abs() <= tolerance, str(d["reversed_pairs"])
 
-    def shift(row, encoder):  # rank under AUROC - rank under CRS: positive = rises under the CRS
-        return row["auroc_ranking"].index(encoder) - row["ranking"].index(encoder)
-
-    moves = sorted(((shift(d, e), e) for e in d["ranking"]), key=lambda m: (-abs(m[0]), m[1]))
+    moves = sorted(((rank_shift(d["auroc_ranking"], d["ranking"], e), e) for e in d["ranking"]),
+                   key=lambda m: (-abs(m[0]), m[1]))
     for move, encoder in [m for m in moves if m[0] != 0][:N_MOVES]:
         key = f"{encoder} {'rises' if move > 0 else 'falls'} under the CRS"
-        holds[key] = table.apply(lambda row: np.sign(shift(row, encoder)) == np.sign(move), axis=1)
+        holds[key] = np.sign(rank_shifts(table, encoder)) == np.sign(move)
         values[key] = f"{move:+d} ranks"
     if np.isfinite(d["rho_crs"]):
         better = d["rho_crs"] > d["rho_auroc"]
@@ -553,6 +574,7 @@ def choice_effects(table: pd.DataFrame) -> pd.DataFrame:
         One row per choice with more than one level in ``table``, one column per conclusion, and
         ``mean_spread`` (their mean); sorted by ``mean_spread``, the choice that matters most first.
     """
+    table = _without_attrs(table)
     holds, _ = _holds(table)
     rows = {}
     for choice in CHOICES:
@@ -612,6 +634,7 @@ def level_moves(table: pd.DataFrame) -> pd.DataFrame:
         Columns ``choice``, ``level``, ``pairs`` (the matched combinations) and ``moved`` (the share),
         sorted by ``moved``, the level that moves least first.
     """
+    table = _without_attrs(table)
     holds, _ = _holds(table)
     default = _default_row(table)
     rows = []
