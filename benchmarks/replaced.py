@@ -9,8 +9,8 @@
    calls about 50 times) read one pass of numpy arrays instead of a pandas loop cell by cell
    (:func:`per_cell_profiles`, the code it replaced); on a demo-sized runs table, they must give equal tables.
 3. **The dry run's frozen-base check** (:func:`crsrepro.tools.dry_run`'s LoRA step) reads the network's base
-   weights once after the step, instead of once per weight (:func:`per_key_frozen_check`: a full copy of the
-   network for each of its tensors); on a ViT-B/16 with LoRA adapters (random weights), both must say "frozen".
+   weights once after the step (:func:`crsrepro.run.lora.base_changes`), instead of once per weight
+   (:func:`per_key_frozen_check`: a full copy of the network for each of its tensors); on a ViT-B/16 with LoRA adapters (random weights), both must say "frozen".
 4. **The multiverse's conclusions** (:mod:`crsrepro.analyse.sensitivity`: ``conclusions``, ``choice_effects``,
    ``level_moves``, ``informative_shares``, which chapter 05b and the claims page call) find each encoder's rank
    shift in one pass over the two ranking columns instead of ``DataFrame.apply`` row by row, and drop the
@@ -37,7 +37,7 @@ from crsrepro.core.schema import FINAL, FROZEN, PRIMARY, is_perturbation, is_tra
 from crsrepro.core.vocab import CLEAN, LINEAR
 from crsrepro.fit import lbfgs
 from crsrepro.fit.linear import fit_linear_probes
-from crsrepro.run.lora import base_state
+from crsrepro.run.lora import base_changes, base_state
 from crsrepro.score.dimensions import ProfileTableError, reliability_profiles, select_runs
 
 _EPS = lbfgs._EPS
@@ -179,12 +179,6 @@ def per_key_frozen_check(model, base):
     return all(torch.equal(v, base_state(model)[k]) for k, v in base.items())
 
 
-def frozen_check(model, base):
-    """The check as the dry run makes it now: the base state read once."""
-    now = base_state(model)
-    return all(torch.equal(v, now[k]) for k, v in base.items())
-
-
 def sensitivity_module(revision: str):
     """:mod:`crsrepro.analyse.sensitivity` as it was at git ``revision`` (the code a speed-up replaced)."""
     import subprocess
@@ -277,7 +271,7 @@ def main():
     model = vit_b16_with_adapters()
     base = base_state(model)
     before, old = best_cpu(lambda: per_key_frozen_check(model, base), 1)
-    after, new = best_cpu(lambda: frozen_check(model, base), args.repeats)
+    after, new = best_cpu(lambda: not base_changes(model, base), args.repeats)
     print(f"frozen-base check, ViT-B/16 with adapters ({len(base)} base tensors): per tensor {before:.2f} s, "
           f"once {after:.3f} s ({before / after:.0f}x); both {'frozen' if old and new else 'DIFFER'}")
 

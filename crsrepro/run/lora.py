@@ -336,6 +336,13 @@ def base_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k.replace("base_layer.", ""): v.detach().clone() for k, v in model.state_dict().items() if "lora_" not in k}
 
 
+def base_changes(model: nn.Module, before: dict[str, torch.Tensor]) -> list[str]:
+    """The base tensors of ``model`` that differ from ``before`` (its :func:`base_state`, taken earlier), the
+    network read once (the dry run's check read it once per tensor: quadratic in its size)."""
+    after = base_state(model)
+    return sorted(k for k in before if not torch.equal(before[k], after[k]))
+
+
 def adapt(encoder, params: LoraParams = LoraParams(), *, seed: int = 0):
     """A copy of ``encoder`` with LoRA adapters injected (peft) as ``params`` say, its base frozen; the
     encoder is untouched.
@@ -575,9 +582,9 @@ def step_check(encoder, images: torch.Tensor, labels: np.ndarray, *, task: str, 
                 moved[name.split(f".{factor}.")[0]] = moved.get(name.split(f".{factor}.")[0], True) and (
                     p.grad is not None and bool(p.grad.abs().sum() > 0))
         optimiser.step()
-    after, targets = base_state(adapted.model), list(params.resolved(encoder).target_modules)
+    targets = list(params.resolved(encoder).target_modules)
     return StepCheck(adapters=targets, dead=sorted(t for t in targets if not moved.get(t, False)),
-                     base_changed=sorted(k for k in before if not torch.equal(before[k], after[k])))
+                     base_changed=base_changes(adapted.model, before))
 
 
 # --------------------------------------------------------------------------- one fine-tune
@@ -868,5 +875,5 @@ class LoraStage:
 
 
 __all__ = ["FineTuned", "LoraError", "LoraParams", "LoraStage", "ProbeHead", "STAGE", "StepCheck", "TRAINING_METRICS",
-           "VERSION", "adapt", "adaptable", "base_state", "best_epoch", "default_cells", "finetune", "frozen_probes", "merged",
-           "lora_targets", "rowset_key", "score", "step_check", "train"]
+           "VERSION", "adapt", "adaptable", "base_changes", "base_state", "best_epoch", "default_cells", "finetune",
+           "frozen_probes", "merged", "lora_targets", "rowset_key", "score", "step_check", "train"]

@@ -261,7 +261,7 @@ def _peak_rss_gb() -> float:
 def _one_encoder(encoder_id: str, domains: list[Domain], lora_images: int, threads: int, scratch: str) -> dict:
     """Build, extract every tap per domain and take one LoRA step; runs in a fresh process."""
     from crsrepro.encoders import get_encoder_spec
-    from crsrepro.run.lora import LoraError, LoraParams, adapt, base_state, lora_targets, train
+    from crsrepro.run.lora import LoraError, LoraParams, adapt, base_changes, base_state, lora_targets, train
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -313,8 +313,7 @@ def _one_encoder(encoder_id: str, domains: list[Domain], lora_images: int, threa
                      params=params)
         after = adapted.model.state_dict()
         moved = sum(not torch.equal(after[k], v) for k, v in before.items())
-        now = base_state(adapted.model)  # once: per key, it cloned the whole network every time (23 of 54 s)
-        frozen = all(torch.equal(v, now[k]) for k, v in base.items())
+        frozen = not base_changes(adapted.model, base)
         out["lora_img_s"] = fine.images_per_second
         out["lines"].append(f"LoRA: {len(targets)} target modules; one step on {len(images)} {domain.dataset} "
                             f"image(s): {moved} of {len(before)} adapters changed, frozen base "
