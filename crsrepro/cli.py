@@ -32,6 +32,7 @@ it has none).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import os
@@ -367,18 +368,41 @@ def os_error_line(exc: OSError) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    with _log_setup(args.verbose):
+        try:
+            args.func(args)
+            return 0
+        except CrsreproError as exc:
+            error, line = exc, str(exc)
+        except OSError as exc:
+            if exc.errno not in USER_OS_ERRORS:
+                raise
+            error, line = exc, os_error_line(exc)
+        if args.verbose:
+            traceback.print_exception(error)
+        print(f"crsrepro: error: {line}", file=sys.stderr)
+        return 2
+
+
+@contextlib.contextmanager
+def _log_setup(verbose: bool):
+    """Log to stderr, INFO with ``-v``, else WARNING with each kind of warning shown once and its repeats
+    counted at the end (:class:`crsrepro.run.progress.RepeatedWarnings`). Where logging is already set up
+    (a program that calls :func:`main`, pytest), its handlers are left as they are."""
+    from crsrepro.run.progress import RepeatedWarnings
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ours = [h for h in root.handlers if h not in before]
+    repeated = RepeatedWarnings()
+    if not verbose:
+        for handler in ours:
+            handler.addFilter(repeated)
     try:
-        args.func(args)
-        return 0
-    except CrsreproError as exc:
-        error, line = exc, str(exc)
-    except OSError as exc:
-        if exc.errno not in USER_OS_ERRORS:
-            raise
-        error, line = exc, os_error_line(exc)
-    if args.verbose:
-        traceback.print_exception(error)
-    print(f"crsrepro: error: {line}", file=sys.stderr)
-    return 2
+        yield
+    finally:
+        for line in repeated.summary():
+            print(line, file=sys.stderr)
+        for handler in ours:
+            handler.removeFilter(repeated)

@@ -66,14 +66,15 @@ def _copy_book_sources(target: Path) -> Path:
 
 @dataclass(frozen=True)
 class BuiltBook:
-    """The smoke book built once per test run: its checkout, its ``CRSREPRO_HOME`` and its HTML, and the two
-    ``crsrepro run --profile smoke`` commands that ran its grid with stdout a pipe: ``run`` from a cold home,
-    then ``quiet_run`` with ``-q`` (everything done by then)."""
+    """The smoke book built once per test run: its checkout, its ``CRSREPRO_HOME`` and its HTML, and two
+    commands run as a user runs them, with stdout a pipe: ``book``, ``crsrepro book --profile smoke`` from a
+    cold home (every stage, on the default pool of one worker per core), then ``quiet_run``, ``crsrepro run
+    --profile smoke -q`` (everything done by then)."""
 
     checkout: Path
     home: Path
     html: Path
-    run: subprocess.CompletedProcess
+    book: subprocess.CompletedProcess
     quiet_run: subprocess.CompletedProcess
 
     def pages(self) -> list[Path]:
@@ -86,25 +87,21 @@ class BuiltBook:
 
 @pytest.fixture(scope="session")
 def smoke_book(tmp_path_factory) -> BuiltBook:
-    """Run the smoke grid and build the smoke book once per test run, shared by every slow book test.
+    """Build the smoke book once per test run, shared by every slow book test.
 
-    The grid runs as a user runs it, ``crsrepro run --profile smoke`` on a pool of 2 with stdout a pipe, so
-    that the progress tests read its output instead of running the grid a second time."""
-    from crsrepro.present.book import build_book
-
+    It runs as a user runs it, ``crsrepro book --profile smoke`` with stdout a pipe, so that the progress
+    tests read its output instead of running the stages a second time."""
     checkout = _copy_book_sources(tmp_path_factory.mktemp("smoke_book"))
     home = checkout / ".crsrepro"
     env = {**os.environ, "CRSREPRO_HOME": str(home), "CRSREPRO_MANIFESTS": str(checkout / "data_manifests")}
-    command = [sys.executable, "-m", "crsrepro", "run", "--profile", "smoke", "--workers", "2"]
-    run = subprocess.run(command, capture_output=True, text=True, cwd=checkout, env=env)
-    assert run.returncode == 0, run.stderr[-2000:]
-    quiet_run = subprocess.run([*command, "-q"], capture_output=True, text=True, cwd=checkout, env=env)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("CRSREPRO_HOME", str(home))
-        patch.setenv("CRSREPRO_MANIFESTS", str(checkout / "data_manifests"))
-        patch.chdir(checkout)
-        index = build_book(profile="smoke", book_root=checkout, progress=False)
-    return BuiltBook(checkout=checkout, home=home, html=index.parent, run=run, quiet_run=quiet_run)
+    book = subprocess.run([sys.executable, "-m", "crsrepro", "book", "--profile", "smoke"], capture_output=True,
+                          text=True, cwd=checkout, env=env)
+    assert book.returncode == 0, book.stderr[-2000:]
+    quiet_run = subprocess.run([sys.executable, "-m", "crsrepro", "run", "--profile", "smoke", "-q"],
+                               capture_output=True, text=True, cwd=checkout, env=env)
+    index = checkout / "book" / "_build" / "html" / "index.html"
+    assert f"The book is built: {index}" in book.stdout, book.stdout[-2000:]
+    return BuiltBook(checkout=checkout, home=home, html=index.parent, book=book, quiet_run=quiet_run)
 
 
 # ------------------------------------------------------------------ the micro grid (test_executor, test_faults)

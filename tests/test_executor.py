@@ -82,13 +82,23 @@ def test_bad_executor_options_are_one_line_errors():
 def test_a_warning_logged_in_a_worker_task_is_shown_once_by_the_parent(name, caplog):
     if name == "dask":
         pytest.importorskip("distributed")
-    tasks = [executor.Task("warn", logging.getLogger("crsrepro.tasktest").warning, ("a warning from a task",)),
-             executor.Task("inform", logging.getLogger("crsrepro.tasktest").info, ("a note below the level",))]
+    from crsrepro.run.progress import RepeatedWarnings
+
+    log = logging.getLogger("crsrepro.tasktest")
+    tasks = [executor.Task("warn", log.warning, ("a warning from a task",)),
+             executor.Task("inform", log.info, ("a note below the level",)),
+             executor.Task("label 7", log.warning, ("labels [%d] have a single class", 7)),
+             executor.Task("label 1", log.warning, ("labels [%d] have a single class", 1))]
     with caplog.at_level(logging.WARNING):
         executor.execute(tasks, executor=name, workers=2)
     shown = [r for r in caplog.records if r.name == "crsrepro.tasktest"]
-    assert [(r.levelname, r.getMessage()) for r in shown] == [("WARNING", "a warning from a task")]
-    assert shown[0].process != os.getpid()  # it was logged in a worker
+    assert sorted((r.levelname, r.getMessage()) for r in shown) == [
+        ("WARNING", "a warning from a task"), ("WARNING", "labels [1] have a single class"),
+        ("WARNING", "labels [7] have a single class")]
+    assert all(r.process != os.getpid() for r in shown)  # each was logged in a worker
+    if name == "local":  # a command shows one of the two labels' warnings and counts the other
+        once = RepeatedWarnings()
+        assert [once.filter(r) for r in shown].count(True) == 2
 
 
 BURN = 2_000_000  # sum(range(BURN)): a task that spends CPU in its worker

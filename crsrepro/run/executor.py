@@ -43,6 +43,7 @@ import sys
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
+from logging.handlers import QueueHandler, QueueListener
 from typing import Callable
 
 from crsrepro.core.errors import CrsreproError
@@ -152,7 +153,6 @@ def _local(tasks: list[Task], workers: int, finished: Callable[[Task, Spent], No
     and log through it (:func:`_worker_init`)."""
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from logging.handlers import QueueListener
 
     context = multiprocessing.get_context("spawn")
     records = context.Queue()
@@ -196,8 +196,6 @@ def _worker_init(parent: int, records, levels: dict) -> None:
       once, by the parent's handlers, as if the parent had logged it. ``levels``: the parent's levels
       of the root and ``crsrepro`` loggers, so a worker sends only what the parent would show.
     """
-    from logging.handlers import QueueHandler
-
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -205,10 +203,22 @@ def _worker_init(parent: int, records, levels: dict) -> None:
     if os.getppid() != parent:
         os._exit(1)
     root = logging.getLogger()
-    root.handlers[:] = [QueueHandler(records)]
+    root.handlers[:] = [_ToParent(records)]
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     one_thread()
+
+
+class _ToParent(QueueHandler):
+    """Send a worker's record to the parent (the logging cookbook's sending side), keeping the message as
+    it was before its arguments were filled in (``record.template``): the parent counts the repeats of a
+    warning by it (:class:`crsrepro.run.progress.RepeatedWarnings`)."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        template = record.msg
+        record = super().prepare(record)
+        record.template = template
+        return record
 
 
 class _ToThisProcess(logging.Handler):

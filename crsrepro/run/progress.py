@@ -26,6 +26,7 @@ CPU
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -260,9 +261,47 @@ class Bar:
             self.tqdm = None
 
 
+class RepeatedWarnings(logging.Filter):
+    """A filter for a command's log handler: the first warning of each kind passes, the repeats are counted.
+
+    A kind is the logger and the message before its arguments are filled in (``record.msg``, or
+    ``record.template`` for a record a pool worker sent: :mod:`crsrepro.run.executor`), so "labels [7] of
+    unit A" and "labels [1] of unit B" are one kind. At the end the command prints
+    :meth:`summary`, one line per kind that repeated, with its count. Errors and other levels always
+    pass; ``-v`` (every record) does not install the filter.
+
+    >>> shown = RepeatedWarnings()
+    >>> [shown.filter(logging.makeLogRecord({"name": "x", "levelno": logging.WARNING, "msg": "label %s", "args": (j,)}))
+    ...  for j in range(3)]
+    [True, False, False]
+    >>> shown.summary()
+    ['WARNING x: 2 more warnings like "label 0" were not shown (-v shows each)']
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first: dict[tuple[str, str], str] = {}
+        self.repeats: dict[tuple[str, str], int] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING:
+            return True
+        kind = (record.name, str(getattr(record, "template", record.msg)))
+        if kind not in self.first:
+            self.first[kind] = record.getMessage()
+            return True
+        self.repeats[kind] = self.repeats.get(kind, 0) + 1
+        return False
+
+    def summary(self) -> list[str]:
+        """One line per kind of warning that repeated: how many more were not shown."""
+        return [f'WARNING {name}: {n} more warning{"s" if n > 1 else ""} like "{self.first[(name, msg)]}" '
+                f'{"were" if n > 1 else "was"} not shown (-v shows each)' for (name, msg), n in self.repeats.items()]
+
+
 def _tasks(n: int) -> str:
     return f"{n} task" if n == 1 else f"{n} tasks"
 
 
-__all__ = ["EVERY_FRACTION", "EVERY_SECONDS", "Bar", "Progress", "Spent", "StageTime", "as_progress", "busy_seconds",
-           "cpu_seconds", "duration", "timed"]
+__all__ = ["EVERY_FRACTION", "EVERY_SECONDS", "Bar", "Progress", "RepeatedWarnings", "Spent", "StageTime", "as_progress",
+           "busy_seconds", "cpu_seconds", "duration", "timed"]
