@@ -17,9 +17,14 @@
    table's attrs (its per-combination CRS arrays, which pandas deep-copied into every derived frame). The code
    it replaced is read from git at ``--before`` (``git show REV:crsrepro/analyse/sensitivity.py``) and run on
    the multiverse of a profile whose run is built (``--profile``; skipped when none is): equal outputs.
+5. **A process's start** (a pool worker, a chapter's kernel, a command) imports timm and torchvision only when it
+   builds a network that needs them (:func:`crsrepro.encoders.demo.build_random_vit`,
+   :func:`crsrepro.encoders.registry.resize_to_input`), not whenever it reads the encoder registry. A fresh Python
+   imports what a worker and a chapter import (:data:`START`) from the package at ``--before`` (``git
+   archive``) and from this checkout: the CPU of each, and whether timm was imported.
 
 Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250]`` (one torch
-thread, best CPU time)
+thread, best CPU time; section 5 at least 3 starts each)
 """
 
 import argparse
@@ -201,6 +206,41 @@ def multiverse_conclusions(module, table):
             module.informative_shares(table))
 
 
+#: What a pool worker and a chapter's kernel import before their first task or cell does any work.
+START = "import crsrepro.encoders, crsrepro.run.grid, crsrepro.run.units, crsrepro.present.chapters"
+
+
+def start_cpu(package_parent, repeats):
+    """(best user + system CPU seconds of a fresh Python importing :data:`START` from the ``crsrepro`` under
+    ``package_parent`` (run there, so that it is the first on the path), whether it imported timm)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    best, timm = np.inf, None
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        run = subprocess.run([sys.executable, "-c", f"{START}; import sys; print('timm' in sys.modules)"], check=True,
+                             capture_output=True, text=True, cwd=package_parent,
+                             env={**os.environ, "PYTHONPATH": str(package_parent)})
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        best = min(best, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+        timm = run.stdout.strip() == "True"
+    return best, timm
+
+
+def package_at(revision, folder):
+    """``folder``, holding the ``crsrepro`` package as it was at git ``revision``."""
+    import subprocess
+    from pathlib import Path
+
+    archive = subprocess.run(["git", "archive", revision, "crsrepro"], check=True, capture_output=True,
+                             cwd=Path(__file__).resolve().parents[1]).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
 def best_cpu(func, repeats):
     best, out = np.inf, None
     for _ in range(repeats):
@@ -250,7 +290,7 @@ def main():
     parser.add_argument("--dim", type=int, default=128, help="feature dimension of the probe (effnet-lite0: 1280)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", default="smoke", help="a profile whose run is built, for the multiverse")
-    parser.add_argument("--before", default="24eb250", help="the git revision of the replaced sensitivity code")
+    parser.add_argument("--before", default="24eb250", help="the git revision of the replaced code (sections 4 and 5)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -286,6 +326,16 @@ def main():
         equal = all(a.equals(b) for a, b in zip(old[:3], new[:3])) and old[3] == new[3]
         print(f"multiverse conclusions, {args.profile}'s {len(table):,} combinations: at {args.before} {before:.2f} s, "
               f"now {after:.2f} s ({before / after:.1f}x); outputs {'equal' if equal else 'DIFFER'}")
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        before, timm_before = start_cpu(package_at(args.before, folder), max(args.repeats, 3))
+    after, timm_after = start_cpu(Path(__file__).resolve().parents[1], max(args.repeats, 3))
+    print(f"a worker's or chapter's start ({START.removeprefix('import ')}): at {args.before} {before:.2f} s CPU"
+          f"{' with timm' if timm_before else ''}, now {after:.2f} s{' with timm' if timm_after else ' without timm'} "
+          f"({before / after:.2f}x)")
 
 
 if __name__ == "__main__":

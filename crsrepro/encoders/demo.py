@@ -44,7 +44,6 @@ from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
-import timm
 import torch
 from safetensors.torch import load_file
 from torch import nn
@@ -53,7 +52,6 @@ from torch.nn import functional as F
 from crsrepro.core.errors import MissingWeightsError, WrongWeightsError
 from crsrepro.core.schema import FINAL
 from crsrepro.encoders.registry import HALF, NETWORK_TAPS, Encoder, EncoderSpec, depth_block_indices, pool_feature_map
-from crsrepro.encoders.timm_family import TimmEncoder
 from crsrepro.encoders.weights import load_state_dict, weights_hash
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
@@ -460,8 +458,14 @@ def build_random_cnn(spec, *, weights=None, device="cpu") -> DemoEncoder:
     return DemoEncoder(spec, _seeded(TinyCNN), device=device, channels_last=True)
 
 
-def build_random_vit(spec, *, weights=None, device="cpu") -> TimmEncoder:
+def build_random_vit(spec, *, weights=None, device="cpu") -> Encoder:
     """A 4-block ViT-Tiny/16 at 96 px, random init drawn the same on every CPU (:func:`_seeded`)."""
+    # imported here, not at the top: timm and the torchvision it imports take about 1.7 s, which a process
+    # that only reads the registry's specs (a chapter, the planner, a probe-fitting worker) skips
+    import timm
+
+    from crsrepro.encoders.timm_family import TimmEncoder
+
     _no_weights(spec, weights)
     model = _seeded(lambda: timm.create_model(spec.architecture, pretrained=False, num_classes=0,
                                               img_size=spec.input_size, depth=4))

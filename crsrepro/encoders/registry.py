@@ -53,8 +53,6 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
-from torchvision.transforms import InterpolationMode
-from torchvision.transforms.v2 import functional as TF
 
 from crsrepro.core.errors import UnknownEncoderError
 from crsrepro.core.schema import FINAL
@@ -389,6 +387,11 @@ def resize_to_input(spec: EncoderSpec, batch: torch.Tensor) -> torch.Tensor:
     encoder sees the same field of view; ``pad`` follows the releases that pad (MedSigLIP, LLaVA,
     CheXzero).
     """
+    # imported here, not at the top: torchvision takes about a second to import, which a process that only
+    # reads the registry's specs skips
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2 import functional as TF
+
     size = spec.input_size
     if spec.intensity_remap == "minmax":
         batch = remap_to_uint8(batch)
