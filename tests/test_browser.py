@@ -41,6 +41,8 @@ parsed.then(() => (window.MathJax && MathJax.startup) ? MathJax.startup.promise 
     warnings: Array.from(main.querySelectorAll(".system-message, .problematic"))
                    .map(e => e.textContent.trim().slice(0, 200)),
     glued: Array.from(main.querySelectorAll(".pasted-text")).map(e => e.textContent.trim()),
+    roles: Array.from(main.querySelectorAll("code")).map(e => e.textContent.trim())
+                .filter(t => /^\{[\w-]+(:[\w-]+)?\}$/.test(t)),
   });
 }).catch(err => done({error: String(err)}));
 """
@@ -86,6 +88,7 @@ def page_problems(driver, url: str) -> list[str]:
                  for m in RAW_LATEX.finditer(prose)]
     problems += [f"build warning shown in the page (a missing glue key?): {text!r}" for text in seen["warnings"]]
     problems += [f"empty or NaN glued value {text!r}" for text in seen["glued"] if text.lower() in ("", "nan")]
+    problems += [f"a MyST role shown as code, not rendered (inside backticks?): {text!r}" for text in seen["roles"]]
     problems += [f"console error: {entry['message']}" for entry in driver.get_log("browser")
                  if entry["level"] == "SEVERE"]
     return problems
