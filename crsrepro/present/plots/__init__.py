@@ -73,12 +73,27 @@ def _seed_lines(ax, table: pd.DataFrame, x: str, y: str, styles: dict[str, dict]
         ax.fill_between(part[x], part["min"], part["max"], color=style["color"], alpha=0.15, lw=0)
 
 
+#: The longest label name a thumbnail's title shows whole (a sixth of the page is about 20 characters wide).
+TITLE_CHARS = 20
+
+
 def _label_text(table: pd.DataFrame, row: pd.Series) -> str:
+    """An image's title: its class, or its first two positive labels one per line and how many more.
+
+    >>> table = pd.DataFrame({"Edema": [1.0], "Enlarged Cardiomediastinum": [1.0], "Fracture": [1.0]})
+    >>> table.attrs = {"label_names": list(table.columns), "task": "multilabel"}
+    >>> print(_label_text(table, table.iloc[0]))
+    Edema
+    Enlarged Cardiomedi… +1
+    """
     names = table.attrs["label_names"]
     if table.attrs["task"] == "multiclass":
         return names[int(row["label"])]
-    positives = [n for n in names if row[n] == 1.0]
-    return ", ".join(positives[:2]) + ("..." if len(positives) > 2 else "") if positives else "no positive label"
+    positives = [n if len(n) <= TITLE_CHARS else n[:TITLE_CHARS - 1] + "…" for n in names if row[n] == 1.0]
+    if not positives:
+        return "no positive label"
+    more = f" +{len(positives) - 2}" if len(positives) > 2 else ""
+    return "\n".join(positives[:2]) + more
 
 
 # --------------------------------------------------------------------------- the data
@@ -91,7 +106,7 @@ def example_images(profile: Profile, *, per_dataset: int = 6, manifest_dir=None)
 
     datasets = profile.all_datasets()
     side = PAGE_WIDTH / per_dataset
-    fig = Figure(figsize=(PAGE_WIDTH, (side + 0.35) * len(datasets)), layout="constrained")
+    fig = Figure(figsize=(PAGE_WIDTH, (side + 0.5) * len(datasets)), layout="constrained")  # room for two-line titles
     axes = fig.subplots(len(datasets), per_dataset, squeeze=False)
     for ax_row, name in zip(axes, datasets):
         table = prepare_dataset(profile, name, manifest_dir=manifest_dir)
