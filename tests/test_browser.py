@@ -23,7 +23,7 @@ MATHJAX_TIMEOUT = 60
 
 # Runs in the page: waits until the document is parsed and MathJax (when the page loads it) has typeset,
 # then reports what a reader would see. Any error on the way is reported, never left to a timeout.
-INSPECT_PAGE = """
+INSPECT_PAGE = r"""
 const done = arguments[arguments.length - 1];
 const parsed = new Promise(resolve => {
   const check = () => (document.readyState === "complete" && document.body) ? resolve() : setTimeout(check, 50);
