@@ -45,7 +45,9 @@ def data_inventory(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
 
 
 def label_prevalence(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
-    """The share of positives per class or label in each dataset (the class imbalance a probe faces)."""
+    """The share of positives per class or label in each dataset (the class imbalance a probe faces), as the
+    page prints it: three decimals, and blank where a dataset has no such class or label (not ``NaN``, which
+    reads as missing data)."""
     from crsrepro.data import label_matrix, prepare_dataset
 
     columns = {}
@@ -58,7 +60,7 @@ def label_prevalence(profile: Profile, *, manifest_dir=None) -> pd.DataFrame:
         else:
             prevalence = np.nanmean(y, axis=0)
         columns[name] = pd.Series(prevalence, index=names)
-    return pd.DataFrame(columns).round(3)
+    return pd.DataFrame(columns).map(lambda share: "" if np.isnan(share) else f"{share:.3f}")
 
 
 def encoder_inventory(profile: Profile) -> pd.DataFrame:
