@@ -19,6 +19,7 @@ def test_book_builds_on_smoke(smoke_book):
     assert "<img" in html and ".png" in html
     setup = (chapters / "00_setup.html").read_text()
     assert "isic2019" in setup and "mimic_cxr" in setup and setup.count("<img") >= 3  # examples + 2 perturbation grids
+    assert ">NaN<" not in setup  # the class shares leave a dataset's missing labels blank
     # The status page names the profile, every chapter, the commit and the package versions.
     status = (chapters / "status.html").read_text()
     assert "smoke" in status and "01_discrimination" in status and "Git commit" in status
