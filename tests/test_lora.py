@@ -297,6 +297,23 @@ def test_tau_intervals_come_from_the_seeds_and_hold_their_estimate():
     assert np.isnan(one["tau_ci_low"]) and np.isnan(one["tau_ci_high"])  # one seed: nothing to resample
 
 
+
+def test_chapter_07_shows_tau_with_its_interval_and_says_so_where_one_seed_gives_none():
+    from types import SimpleNamespace
+
+    from crsrepro.present.report.tables import lora_per_domain
+
+    scores = {("a", "x"): 0.9, ("b", "x"): 0.85, ("c", "x"): 0.8}
+    lora = _profiles(scores, seeds=(0, 1, 2), jitter={("a", 2): -0.2})
+    three = compare(_profiles(scores, seeds=(0, 1, 2)), lora, rng=1)
+    row = three.per_domain.iloc[0]
+    shown = lora_per_domain(SimpleNamespace(lora=three))
+    assert shown.loc["x", "kendall_tau"] == (f"{row['kendall_tau']:.3f} [{row['tau_ci_low']:.3f}, "
+                                             f"{row['tau_ci_high']:.3f}]")
+    assert not {"tau_ci_low", "tau_ci_high"} & set(shown.columns)
+    one = compare(_profiles(scores, seeds=(0,)), _profiles(scores, seeds=(0,)))
+    assert lora_per_domain(SimpleNamespace(lora=one)).loc["x", "kendall_tau"] == "1.000 (no interval)"
+
 def test_lora_is_ranked_among_lora_peers_and_the_frozen_peer_version_sits_beside_it():
     from crsrepro.score.crs import ReferenceFrame
 

@@ -280,7 +280,7 @@ def lora(analysis) -> dict[str, str]:
             "lora_leader_changes": _f(int(domains["leader_changed"].sum())),
             "lora_gain_min": _f(float(domains["auroc_gain"].min())), "lora_gain_max": _f(float(domains["auroc_gain"].max())),
             "lora_n_domains_below_frozen": _f(int((domains["auroc_gain"] < 0).sum())),
-            "lora_tau_ci": "; ".join(f"{r.dataset} {_f(r.kendall_tau)} [{_f(r.tau_ci_low)}, {_f(r.tau_ci_high)}]"
+            "lora_tau_ci": "; ".join(f"{r.dataset} {tables.interval_text(r.kendall_tau, r.tau_ci_low, r.tau_ci_high)}"
                                      for r in domains.itertuples()),
             "lora_fractions": ", ".join(f"{100 * f:g} %" for f in lora_fractions(rows)),
             "lora_crs_tau": _f(crs.kendall_tau), "lora_crs_shift": _f(crs.mean_abs_rank_shift, 2),

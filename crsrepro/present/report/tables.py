@@ -220,9 +220,23 @@ def external_validity(analysis):
     return result.intervals.assign(n_encoders=len(result.table)).round(3)
 
 
+def interval_text(estimate: float, low: float, high: float, digits: int = 3) -> str:
+    """An estimate and its interval as one cell, ``"estimate [low, high]"``; ``"estimate (no interval)"`` where a
+    bound is not finite (one seed: nothing to resample), and ``"n/a"`` where the estimate is not.
+
+    >>> interval_text(0.5, 0.41, 0.6), interval_text(0.333, float("nan"), float("nan")), interval_text(float("nan"), 0, 1)
+    ('0.500 [0.410, 0.600]', '0.333 (no interval)', 'n/a')
+    """
+    if not np.isfinite(estimate):
+        return "n/a"
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return f"{estimate:.{digits}f} (no interval)"
+    return f"{estimate:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def with_intervals(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
-    """``table`` with each value that has ``<m>_ci_low`` and ``<m>_ci_high`` columns written as one column
-    ``"estimate [low, high]"`` and its ``<m>_plug_in`` dropped, so that a table of intervals fits the page.
+    """``table`` with each value that has ``<m>_ci_low`` and ``<m>_ci_high`` columns written as one column by
+    :func:`interval_text` and its ``<m>_plug_in`` dropped, so that a table of intervals fits the page.
 
     >>> t = pd.DataFrame({"a": [0.5], "a_ci_low": [0.41], "a_ci_high": [0.6], "a_plug_in": [0.5], "n": [3]})
     >>> with_intervals(t).to_dict("records")
@@ -230,11 +244,19 @@ def with_intervals(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     """
     out = table.copy()
     for column in [c for c in table.columns if f"{c}_ci_low" in table.columns and f"{c}_ci_high" in table.columns]:
-        out[column] = [f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]" for v, lo, hi in
-                       zip(table[column], table[f"{column}_ci_low"], table[f"{column}_ci_high"])]
-        out = out.drop(columns=[c for c in (f"{column}_ci_low", f"{column}_ci_high", f"{column}_plug_in")
-                                if c in out.columns])
+        low, high = f"{column}_ci_low", f"{column}_ci_high"
+        out[column] = [interval_text(v, lo, hi, digits) for v, lo, hi in zip(table[column], table[low], table[high])]
+        out = out.drop(columns=[c for c in (low, high, f"{column}_plug_in") if c in out.columns])
     return out
+
+
+def lora_per_domain(analysis) -> pd.DataFrame:
+    """Chapter 07's per-domain table of the frozen-vs-LoRA comparison (:func:`crsrepro.analyse.lora.compare`):
+    Kendall tau with its seed-bootstrap interval in one column, ``"(no interval)"`` where the fine-tunes have one
+    seed, and the AUROC gain to three decimals."""
+    table = analysis.lora.per_domain.rename(columns={"tau_ci_low": "kendall_tau_ci_low",
+                                                     "tau_ci_high": "kendall_tau_ci_high"})
+    return with_intervals(table).round({"auroc_gain": 3}).set_index("dataset")
 
 
 def transfer_thresholds(analysis, shifts: pd.DataFrame):
