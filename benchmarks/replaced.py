@@ -19,11 +19,13 @@
    the multiverse of a profile whose run is built (``--profile``; skipped when none is): equal outputs.
 5. **A process's start** (a pool worker, a chapter's kernel, a command) imports timm and torchvision only when it
    builds a network that needs them (:func:`crsrepro.encoders.demo.build_random_vit`,
-   :func:`crsrepro.encoders.registry.resize_to_input`), not whenever it reads the encoder registry. A fresh Python
-   imports what a worker and a chapter import (:data:`START`) from the package at ``--before`` (``git
-   archive``) and from this checkout: the CPU of each, and whether timm was imported.
+   :func:`crsrepro.encoders.registry.resize_to_input`), not whenever it reads the encoder registry; and a chapter's
+   kernel imports torch only when it runs a case bootstrap (:mod:`crsrepro.score.stats` imports it in the functions
+   that use it), not whenever it reads the run. A fresh Python imports what a worker and what a chapter import
+   (:data:`STARTS`) from the package at ``--before`` (``git archive``) and from this checkout: the CPU of each, and
+   which of timm and torch it imported.
 
-Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250]`` (one torch
+Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250] [--before-chapter 4e60c9a]`` (one torch
 thread, best CPU time; section 5 at least 3 starts each)
 """
 
@@ -207,27 +209,30 @@ def multiverse_conclusions(module, table):
 
 
 #: What a pool worker and a chapter's kernel import before their first task or cell does any work.
-START = "import crsrepro.encoders, crsrepro.run.grid, crsrepro.run.units, crsrepro.present.chapters"
+STARTS = {"worker": "import crsrepro.encoders, crsrepro.run.grid, crsrepro.run.units",
+          "chapter": "import crsrepro.analyse.run_analysis, crsrepro.present.chapters"}
 
 
-def start_cpu(package_parent, repeats):
-    """(best user + system CPU seconds of a fresh Python importing :data:`START` from the ``crsrepro`` under
-    ``package_parent`` (run there, so that it is the first on the path), whether it imported timm)."""
+def start_cpu(statement, package_parent, repeats):
+    """(best user + system CPU seconds of a fresh Python running the import ``statement`` with the ``crsrepro``
+    under ``package_parent`` (run there, so that it is the first on the path), which of timm and torch it
+    imported)."""
     import os
     import resource
     import subprocess
     import sys
 
-    best, timm = np.inf, None
+    best, imported = np.inf, None
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        run = subprocess.run([sys.executable, "-c", f"{START}; import sys; print('timm' in sys.modules)"], check=True,
-                             capture_output=True, text=True, cwd=package_parent,
+        run = subprocess.run([sys.executable, "-c", f"{statement}; import sys; "
+                              "print(' and '.join(m for m in ('timm', 'torch') if m in sys.modules) or 'neither')"],
+                             check=True, capture_output=True, text=True, cwd=package_parent,
                              env={**os.environ, "PYTHONPATH": str(package_parent)})
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         best = min(best, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-        timm = run.stdout.strip() == "True"
-    return best, timm
+        imported = run.stdout.strip()
+    return best, imported
 
 
 def package_at(revision, folder):
@@ -291,6 +296,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", default="smoke", help="a profile whose run is built, for the multiverse")
     parser.add_argument("--before", default="24eb250", help="the git revision of the replaced code (sections 4 and 5)")
+    parser.add_argument("--before-chapter", default="4e60c9a",
+                        help="the git revision before a chapter's kernel stopped importing torch (section 5)")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -330,12 +337,12 @@ def main():
     import tempfile
     from pathlib import Path
 
-    with tempfile.TemporaryDirectory() as folder:
-        before, timm_before = start_cpu(package_at(args.before, folder), max(args.repeats, 3))
-    after, timm_after = start_cpu(Path(__file__).resolve().parents[1], max(args.repeats, 3))
-    print(f"a worker's or chapter's start ({START.removeprefix('import ')}): at {args.before} {before:.2f} s CPU"
-          f"{' with timm' if timm_before else ''}, now {after:.2f} s{' with timm' if timm_after else ' without timm'} "
-          f"({before / after:.2f}x)")
+    for (kind, statement), revision in zip(STARTS.items(), (args.before, args.before_chapter)):
+        with tempfile.TemporaryDirectory() as folder:
+            before, imported_before = start_cpu(statement, package_at(revision, folder), max(args.repeats, 3))
+        after, imported_after = start_cpu(statement, Path(__file__).resolve().parents[1], max(args.repeats, 3))
+        print(f"a {kind}'s start ({statement.removeprefix('import ')}): at {revision} {before:.2f} s CPU "
+              f"({imported_before} imported), now {after:.2f} s ({imported_after}) ({before / after:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -29,10 +29,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 from scipy.stats import rankdata
 from tqdm import tqdm
 
@@ -41,6 +41,9 @@ from crsrepro.core.metrics import (expected_calibration_error, label_efficiency_
 from crsrepro.score.crs import (DIMENSIONS, ReferenceFrame, aggregate_crs, cell_means, crs_scores, normalise,
                                 score_by_dataset)
 from crsrepro.score.dimensions import ProfileTableError
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -556,6 +559,8 @@ def _weighted_aurocs(y: torch.Tensor, score: torch.Tensor, counts: torch.Tensor,
     and N_g its positive and negative weight in tie group g. A column with no positive or no negative
     weight is NaN. Columns are processed in chunks of at most ``max_elements`` (columns x B x N).
     """
+    import torch
+
     n_columns, n_cases = score.shape
     out = torch.empty(n_columns, counts.shape[0], dtype=torch.float64, device=score.device)
     step = max(1, max_elements // max(1, counts.shape[0] * n_cases))
@@ -595,6 +600,8 @@ def weighted_macro_auroc(y: torch.Tensor, score: torch.Tensor, counts: torch.Ten
     columns' AUROCs are :func:`_weighted_aurocs`. A column with no positive or no negative weight is
     NaN and left out of the mean (as :func:`crsrepro.core.metrics.macro_auroc` skips it).
     """
+    import torch
+
     return torch.nanmean(_weighted_aurocs(y.T, score.T, counts), 0)
 
 
@@ -641,6 +648,8 @@ def case_paired_bootstrap(y_true: np.ndarray, scores: Mapping[str, np.ndarray], 
     BootstrapReplicates
         ``estimate`` is :func:`crsrepro.core.metrics.macro_auroc` on the full test set.
     """
+    import torch
+
     _check_n_resamples(n_resamples)
     if not scores:
         raise ValueError("scores must map at least one encoder id to its scores")
@@ -678,6 +687,8 @@ def weighted_ece(y: torch.Tensor, prob: torch.Tensor, counts: torch.Tensor, *, t
     are ``(m-1)/M < conf <= m/M``; a case counted c times weighs c, so a bin's ``|acc - conf| * n_m / N``
     is ``|sum_i c_i (correct_i - conf_i)| / sum_i c_i`` over its cases.
     """
+    import torch
+
     edges = torch.arange(n_bins + 1, dtype=torch.float64, device=prob.device) / n_bins
 
     def binned_error(conf, correct, weights):  # weights (B, N) -> (B,)
@@ -780,6 +791,8 @@ def two_level_bootstrap(y_true: np.ndarray, probs: Mapping[str, np.ndarray], *, 
         No encoder, an array that is not (S, N, K) with N = len(y_true), encoders with different
         shapes, or (from :mod:`crsrepro.core.metrics`) labels or probabilities out of range.
     """
+    import torch
+
     _check_n_resamples(n_resamples)
     if not probs:
         raise ValueError("probs must map at least one encoder id to its (seeds, cases, classes) probabilities")
@@ -947,6 +960,8 @@ def _replicate_retention(fractions: list, curve: np.ndarray) -> np.ndarray:
 
 def default_device() -> str:
     """``"cuda"`` when torch sees a GPU, else ``"cpu"``: where the case bootstraps run by default."""
+    import torch
+
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
@@ -977,6 +992,8 @@ def _check_cases(dataset: str, cases: DatasetCases, encoders: list[str]) -> tupl
 
 def _one_hot(labels: np.ndarray, task: str, n_classes: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Labels for the weighted ECE (class ids or 0/1/NaN) and for the weighted AUROC (one column per class)."""
+    import torch
+
     y = torch.as_tensor(np.asarray(labels, float), dtype=torch.float64, device=device)
     if task == "multiclass":
         return y.long(), torch.nn.functional.one_hot(y.long(), n_classes).double()
@@ -1034,6 +1051,8 @@ def crs_bootstrap(cases: Mapping[str, DatasetCases], per_seed_profiles: pd.DataF
     -------
     CrsBootstrapResult
     """
+    import torch
+
     _check_n_resamples(n_resamples)
     cells, seeds, values = per_seed_array(per_seed_profiles)
     datasets = sorted(cells["dataset"].unique())
