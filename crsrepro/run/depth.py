@@ -81,8 +81,8 @@ def tap_depth(spec, layer: str) -> float:
 
 def pairs(profile: Profile) -> list[tuple[str, str]]:
     """The pairs a profile sweeps: its ``depth.pairs``, or, where that is null, every cell of an encoder
-    with depth taps that ``depth.exclude`` does not leave out (the demo-seeds20 profile: its medical
-    network on its one dataset)."""
+    with depth taps that ``depth.exclude`` does not leave out (the smoke profile: its two TinyCNNs on
+    every dataset)."""
     from crsrepro.encoders import get_encoder_spec
     from crsrepro.run.grid import cells
 
