@@ -740,8 +740,6 @@ def default_cells(profile: Profile | str) -> list[tuple[str, str]]:
     return grid_cells(profile, encoders) if encoders else []
 
 
-
-
 def _unit_key(profile: Profile, spec, view, seed: int, feature_keys: dict) -> str:
     return Unit(profile, spec, view, seed, LINEAR).key(feature_keys)
 
