@@ -22,6 +22,9 @@ multiverse (:mod:`crsrepro.analyse.sensitivity`) and ``crsrepro recalibrate``.
 
 Percentile intervals from 5 seeds under-cover: a bootstrap over 5 units sees at most 126 distinct
 resamples and underestimates the spread. The coverage test in ``tests/test_stats.py`` uses 40 units.
+
+torch is imported by the functions that compute with it (the case and two-level bootstraps), not by the
+module: every chapter reads the run through this module, and most never bootstrap cases (issue 29).
 """
 
 from __future__ import annotations
