@@ -5,6 +5,13 @@
    iteration (:func:`gathering_lbfgs`, the code it replaced, kept here as the baseline). Timed on the demo's
    costliest kind of fit: an ISIC-like multinomial probe (8 classes, a rare class with too few val cases, so
    C is cross-validated) at ``--dim`` features, five label fractions; the two must give bit-identical probes.
+   Then the whole solver (the L-BFGS loop and the logistic objective) at ``--before-lbfgs`` (read from git)
+   against now, on the same probe: the two-loop recursion, the curvature pair and the objective's residual now
+   write into buffers and in place instead of allocating a temporary for every operation, the line search's first
+   try (all running problems) gathers nothing, and the softmax loss picks the target class's logit by index
+   instead of summing a product with the one-hot labels. The same operations in the same order: bit-identical.
+   Where ``--profile``'s run is built (its features cached), every linear unit of one seed of its grid is fitted and
+   scored with both solvers, and the row-sets must be bit-identical.
 2. **The reliability profiles** (:func:`crsrepro.score.dimensions.reliability_profiles`, which the multiverse
    calls about 50 times) read one pass of numpy arrays instead of a pandas loop cell by cell
    (:func:`per_cell_profiles`, the code it replaced); on a demo-sized runs table, they must give equal tables.
@@ -25,7 +32,7 @@
    (:data:`STARTS`) from the package at ``--before`` (``git archive``) and from this checkout: the CPU of each, and
    which of timm and torch it imported.
 
-Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250] [--before-chapter 4e60c9a]`` (one torch
+Usage: ``python benchmarks/replaced.py [--dim 128] [--repeats 2] [--profile smoke] [--before 24eb250] [--before-lbfgs 1954729] [--units-seed 0] [--before-chapter 4e60c9a]`` (one torch
 thread, best CPU time; section 5 at least 3 starts each)
 """
 
@@ -186,20 +193,22 @@ def per_key_frozen_check(model, base):
     return all(torch.equal(v, base_state(model)[k]) for k, v in base.items())
 
 
-def sensitivity_module(revision: str):
-    """:mod:`crsrepro.analyse.sensitivity` as it was at git ``revision`` (the code a speed-up replaced)."""
+def module_at(revision: str, module):
+    """A copy of ``module`` (a :mod:`crsrepro` module) as it was at git ``revision``: the code a speed-up replaced."""
     import subprocess
     import sys
     import types
     from pathlib import Path
 
-    source = subprocess.run(["git", "show", f"{revision}:crsrepro/analyse/sensitivity.py"], check=True,
-                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1]).stdout
-    module = types.ModuleType(f"sensitivity_at_{revision}")
-    module.__file__ = sensitivity.__file__  # it reads its sensitivity_space.yaml beside it
-    sys.modules[module.__name__] = module  # its dataclasses look their module up
-    exec(compile(source, f"sensitivity.py@{revision}", "exec"), module.__dict__)
-    return module
+    root = Path(__file__).resolve().parents[1]
+    path = Path(module.__file__).resolve().relative_to(root).as_posix()
+    source = subprocess.run(["git", "show", f"{revision}:{path}"], check=True, capture_output=True, text=True,
+                            cwd=root).stdout
+    copy = types.ModuleType(f"{module.__name__.rsplit('.', 1)[-1]}_at_{revision}")
+    copy.__file__ = module.__file__  # sensitivity reads its sensitivity_space.yaml beside it
+    sys.modules[copy.__name__] = copy  # its dataclasses look their module up
+    exec(compile(source, f"{path}@{revision}", "exec"), copy.__dict__)
+    return copy
 
 
 def multiverse_conclusions(module, table):
@@ -255,8 +264,9 @@ def best_cpu(func, repeats):
     return best, out
 
 
-def isic_like_probes(dim, solver):
-    """Five label fractions of an 8-class probe whose rarest class has 3 val cases (C cross-validated)."""
+def isic_like_probes(dim, solver, objective=None):
+    """Five label fractions of an 8-class probe whose rarest class has 3 val cases (C cross-validated), fitted with
+    ``solver`` in place of :func:`crsrepro.fit.lbfgs.batched_lbfgs` (and ``objective`` in place of its objective)."""
     rng = np.random.default_rng(0)
     n_train, n_val, k = 660, 300, 8
     prior = np.array([0.45, 0.2, 0.12, 0.1, 0.06, 0.04, 0.02, 0.01])
@@ -265,13 +275,54 @@ def isic_like_probes(dim, solver):
     centres = rng.normal(size=(k, dim))
     X = centres[y] * 0.4 + rng.normal(size=(len(y), dim))
     subsets = {f: np.arange(max(k, int(f * n_train))) for f in (0.01, 0.05, 0.10, 0.25, 1.0)}
-    original = lbfgs.batched_lbfgs
-    lbfgs.batched_lbfgs = solver
+    original = lbfgs.batched_lbfgs, lbfgs._LogisticObjective
+    lbfgs.batched_lbfgs, lbfgs._LogisticObjective = solver, objective or original[1]
     try:
         return fit_linear_probes(X[:n_train], y[:n_train], subsets, X[n_train:], y[n_train:], task="multiclass",
                                  max_iter=100, progress=False)
     finally:
-        lbfgs.batched_lbfgs = original
+        lbfgs.batched_lbfgs, lbfgs._LogisticObjective = original
+
+
+def built_linear_units(profile_name, seed):
+    """``[(name, unit, features)]``: every linear unit of ``seed`` in the grid of a built run of ``profile_name``,
+    with its cached features (a CrsreproError when they are not cached: build the book first)."""
+    import tempfile
+    from pathlib import Path
+
+    from crsrepro.encoders import get_encoder_spec
+    from crsrepro.profiles import load_profile
+    from crsrepro.run.grid import GridStage, _ProbeTask, view
+    from crsrepro.run.units import Unit, cached_features, feature_requests
+
+    profile = load_profile(profile_name)
+    stage = GridStage(output_dir=Path(tempfile.mkdtemp()))  # an empty store: every unit is planned
+    units = []
+    for task in stage.plan(profile, stage.store(profile))[1]:
+        unit_task = task.args[0]
+        if isinstance(unit_task, _ProbeTask) and unit_task.seed == seed and unit_task.probe == LINEAR:
+            cell = unit_task.cell
+            prepared = view(profile, cell.dataset, cell.manifest_dir, cell.images_key)
+            units.append((f"{cell.encoder} {cell.dataset}", Unit(profile, get_encoder_spec(cell.encoder), prepared,
+                                                                 seed, LINEAR),
+                          cached_features(profile, feature_requests(profile, prepared), unit_task.feature_keys)))
+    return units
+
+
+def run_units(units, solver, objective):
+    """The row-sets of ``units`` (without their fit times) fitted with ``solver`` and ``objective``."""
+    original = lbfgs.batched_lbfgs, lbfgs._LogisticObjective
+    lbfgs.batched_lbfgs, lbfgs._LogisticObjective = solver, objective
+    try:
+        return [unit.run(feats)[0].drop(columns="fit_seconds") for _, unit, feats in units]
+    finally:
+        lbfgs.batched_lbfgs, lbfgs._LogisticObjective = original
+
+
+def bit_identical(old, new):
+    """Whether two ``{fraction: LinearProbe}`` chose the same C with bit-identical coefficients."""
+    return all(old[f].C_ == new[f].C_ and np.array_equal(old[f].coef_, new[f].coef_)
+               and np.array_equal(old[f].intercept_, new[f].intercept_) for f in old)
 
 
 def demo_sized_runs(n_encoders=10, datasets=("isic2019", "aptos2019", "chexpert"), n_seeds=5):
@@ -296,6 +347,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--profile", default="smoke", help="a profile whose run is built, for the multiverse")
     parser.add_argument("--before", default="24eb250", help="the git revision of the replaced code (sections 4 and 5)")
+    parser.add_argument("--before-lbfgs", default="1954729",
+                        help="the git revision before the solver's temporaries were cut (section 1)")
+    parser.add_argument("--units-seed", type=int, default=0, help="the seed whose linear units of the built "
+                        "--profile run are fitted with both solvers (section 1; skipped where none is built)")
     parser.add_argument("--before-chapter", default="4e60c9a",
                         help="the git revision before a chapter's kernel stopped importing torch (section 5)")
     args = parser.parse_args()
@@ -303,10 +358,25 @@ def main():
 
     before, old = best_cpu(lambda: isic_like_probes(args.dim, gathering_lbfgs), args.repeats)
     after, new = best_cpu(lambda: isic_like_probes(args.dim, lbfgs.batched_lbfgs), args.repeats)
-    same = all(old[f].C_ == new[f].C_ and np.array_equal(old[f].coef_, new[f].coef_)
-               and np.array_equal(old[f].intercept_, new[f].intercept_) for f in old)
     print(f"linear probe, 8 classes x {args.dim}-d, 5 fractions, C cross-validated: gathering L-BFGS {before:.2f} s, "
-          f"compacted {after:.2f} s ({before / after:.2f}x); probes {'bit-identical' if same else 'DIFFER'}")
+          f"compacted {after:.2f} s ({before / after:.2f}x); probes {'bit-identical' if bit_identical(old, new) else 'DIFFER'}")
+    solver = module_at(args.before_lbfgs, lbfgs)
+    before, old = best_cpu(lambda: isic_like_probes(args.dim, solver.batched_lbfgs, solver._LogisticObjective),
+                           args.repeats)
+    after, new = best_cpu(lambda: isic_like_probes(args.dim, lbfgs.batched_lbfgs), args.repeats)
+    print(f"the same probe, L-BFGS and objective at {args.before_lbfgs} {before:.2f} s, with fewer temporaries "
+          f"{after:.2f} s ({before / after:.2f}x); probes {'bit-identical' if bit_identical(old, new) else 'DIFFER'}")
+    try:
+        units = built_linear_units(args.profile, args.units_seed)
+    except CrsreproError as exc:
+        print(f"{args.profile}'s linear units: skipped ({exc})")
+    else:
+        before, old = best_cpu(lambda: run_units(units, solver.batched_lbfgs, solver._LogisticObjective), 1)
+        after, new = best_cpu(lambda: run_units(units, lbfgs.batched_lbfgs, lbfgs._LogisticObjective), 1)
+        same = all(a.equals(b) for a, b in zip(old, new))
+        print(f"{args.profile}'s {len(units)} linear units of seed {args.units_seed} (fit and score): at "
+              f"{args.before_lbfgs} {before:.1f} s, now {after:.1f} s ({before / after:.2f}x); row-sets "
+              f"{'bit-identical' if same else 'DIFFER'}")
 
     runs = demo_sized_runs()
     before, old = best_cpu(lambda: per_cell_profiles(runs), args.repeats)
@@ -327,7 +397,7 @@ def main():
     except CrsreproError as exc:
         print(f"multiverse conclusions: skipped ({exc})")
     else:
-        old_module = sensitivity_module(args.before)
+        old_module = module_at(args.before, sensitivity)
         before, old = best_cpu(lambda: multiverse_conclusions(old_module, table), 1)
         after, new = best_cpu(lambda: multiverse_conclusions(sensitivity, table), args.repeats)
         equal = all(a.equals(b) for a, b in zip(old[:3], new[:3])) and old[3] == new[3]

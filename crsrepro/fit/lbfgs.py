@@ -93,18 +93,19 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
         if time_cap_s is not None and time.perf_counter() - start > time_cap_s:
             hit_time_cap = True
             break
-        # two-loop recursion: direction = -H g, newest pair first
-        direction = -g_a
+        # two-loop recursion: direction = -H g, newest pair first (each product goes into one buffer, then in place:
+        # the arithmetic of `direction - alpha * Y`, without a new (P, d) tensor per operation)
+        direction, product = -g_a, torch.empty_like(g_a)
         alphas = []
         for j in range(min(it, m)):
             slot = (it - 1 - j) % m
-            alpha = rho[slot] * (S[slot] * direction).sum(1)
-            direction = direction - alpha[:, None] * Y[slot]
+            alpha = rho[slot] * torch.mul(S[slot], direction, out=product).sum(1)
+            direction -= torch.mul(alpha[:, None], Y[slot], out=product)
             alphas.append((slot, alpha))
-        direction = gamma[:, None] * direction
+        direction *= gamma[:, None]
         for slot, alpha in reversed(alphas):
-            beta = rho[slot] * (Y[slot] * direction).sum(1)
-            direction = direction + S[slot] * (alpha - beta)[:, None]
+            beta = rho[slot] * torch.mul(Y[slot], direction, out=product).sum(1)
+            direction += torch.mul(S[slot], (alpha - beta)[:, None], out=product)
         slope = (g_a * direction).sum(1)
         uphill = slope >= 0
         direction[uphill] = -g_a[uphill]
@@ -112,9 +113,12 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
         # first step of a problem without curvature information: scale as torch.optim.LBFGS does
         step = torch.where(has_pair, torch.ones_like(slope), (1.0 / g_a.abs().sum(1)).clamp(max=1.0))
         # backtracking line search on the Armijo condition, batched over the pending problems
-        accepted = torch.zeros_like(uphill)
-        f_new, g_new = f_a.clone(), g_a.clone()
-        for _ in range(max_line_search):
+        # (the first try, where most problems take the full step, evaluates them all without gathering)
+        f_try, g_try = objective(theta_a + step[:, None] * direction, active)
+        accepted = f_try <= f_a + 1e-4 * step * slope
+        f_new, g_new = torch.where(accepted, f_try, f_a), torch.where(accepted[:, None], g_try, g_a)
+        step[~accepted] *= 0.5
+        for _ in range(max_line_search - 1):
             pending = (~accepted).nonzero().squeeze(1)
             if pending.numel() == 0:
                 break
@@ -125,11 +129,10 @@ def batched_lbfgs(objective, theta, *, max_iter, tol, time_cap_s=None, history_s
             step[pending[~ok]] *= 0.5
         # the curvature pair of this iteration goes into slot it % m (zero rho: skipped pair)
         slot = it % m
-        s = step[:, None] * direction * accepted[:, None]
-        y = (g_new - g_a) * accepted[:, None]
-        sy, yy = (s * y).sum(1), (y * y).sum(1)
+        s = torch.mul(step[:, None] * direction, accepted[:, None], out=S[slot])
+        y = torch.mul(g_new - g_a, accepted[:, None], out=Y[slot])
+        sy, yy = torch.mul(s, y, out=product).sum(1), torch.mul(y, y, out=product).sum(1)
         good = accepted & (sy > _EPS * yy) & (yy > 0)  # scipy's relative test: tiny steps still count
-        S[slot], Y[slot] = s, y
         rho[slot] = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
         gamma = torch.where(good, sy / yy.clamp(min=1e-300), gamma)
         has_pair |= good
@@ -172,7 +175,7 @@ class _LogisticObjective:
             self.column = column
             self.n_outputs = 1
         else:
-            self.onehot = torch.nn.functional.one_hot(targets, n_classes).to(Z.dtype)
+            self.classes, self.onehot = targets, torch.nn.functional.one_hot(targets, n_classes).to(Z.dtype)
             self.n_outputs = n_classes
         self.mask, self.n_obs = mask, mask.sum(0)
 
@@ -185,11 +188,12 @@ class _LogisticObjective:
         z = (self.Z @ W.reshape(p * self.n_outputs, d).T).view(n, p, self.n_outputs) + b
         if self.link == "sigmoid":
             t = self.targets[:, self.column[index], None]
-            loss = (mask * (torch.nn.functional.softplus(z) - t * z)).sum((0, 2))
-            residual = mask * (torch.sigmoid(z) - t) / n_obs[None, :, None]
-        else:
-            loss = (mask[..., 0] * (torch.logsumexp(z, 2) - (z * self.onehot[:, None, :]).sum(2))).sum(0)
-            residual = mask * (torch.softmax(z, 2) - self.onehot[:, None, :]) / n_obs[None, :, None]
+            loss = torch.nn.functional.softplus(z).sub_(t * z).mul_(mask).sum((0, 2))
+            residual = torch.sigmoid(z).sub_(t).mul_(mask).div_(n_obs[None, :, None])
+        else:  # the target class's logit is picked by index (the same number as z * onehot summed over classes)
+            picked = z.gather(2, self.classes[:, None, None].expand(n, p, 1))[..., 0]
+            loss = (mask[..., 0] * (torch.logsumexp(z, 2) - picked)).sum(0)
+            residual = torch.softmax(z, 2).sub_(self.onehot[:, None, :]).mul_(mask).div_(n_obs[None, :, None])
         f = loss / n_obs + (W * W).sum((1, 2)) / (2 * C * n_obs)
         grad_W = (residual.reshape(n, -1).T @ self.Z).view(p, self.n_outputs, d) + W / (C * n_obs)[:, None, None]
         grad = torch.cat([grad_W, residual.sum(0)[..., None]], dim=2)
