@@ -38,6 +38,7 @@ thread, best CPU time; section 5 at least 3 starts each)
 
 import argparse
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -264,6 +265,18 @@ def best_cpu(func, repeats):
     return best, out
 
 
+@contextmanager
+def solving_with(solver, objective):
+    """Fit every linear probe with ``solver`` and ``objective`` in place of :mod:`crsrepro.fit.lbfgs`'s
+    :func:`~crsrepro.fit.lbfgs.batched_lbfgs` and logistic objective (the solve looks both up by name)."""
+    original = lbfgs.batched_lbfgs, lbfgs._LogisticObjective
+    lbfgs.batched_lbfgs, lbfgs._LogisticObjective = solver, objective
+    try:
+        yield
+    finally:
+        lbfgs.batched_lbfgs, lbfgs._LogisticObjective = original
+
+
 def isic_like_probes(dim, solver, objective=None):
     """Five label fractions of an 8-class probe whose rarest class has 3 val cases (C cross-validated), fitted with
     ``solver`` in place of :func:`crsrepro.fit.lbfgs.batched_lbfgs` (and ``objective`` in place of its objective)."""
@@ -275,13 +288,9 @@ def isic_like_probes(dim, solver, objective=None):
     centres = rng.normal(size=(k, dim))
     X = centres[y] * 0.4 + rng.normal(size=(len(y), dim))
     subsets = {f: np.arange(max(k, int(f * n_train))) for f in (0.01, 0.05, 0.10, 0.25, 1.0)}
-    original = lbfgs.batched_lbfgs, lbfgs._LogisticObjective
-    lbfgs.batched_lbfgs, lbfgs._LogisticObjective = solver, objective or original[1]
-    try:
+    with solving_with(solver, objective or lbfgs._LogisticObjective):
         return fit_linear_probes(X[:n_train], y[:n_train], subsets, X[n_train:], y[n_train:], task="multiclass",
                                  max_iter=100, progress=False)
-    finally:
-        lbfgs.batched_lbfgs, lbfgs._LogisticObjective = original
 
 
 def built_linear_units(profile_name, seed):
@@ -311,12 +320,8 @@ def built_linear_units(profile_name, seed):
 
 def run_units(units, solver, objective):
     """The row-sets of ``units`` (without their fit times) fitted with ``solver`` and ``objective``."""
-    original = lbfgs.batched_lbfgs, lbfgs._LogisticObjective
-    lbfgs.batched_lbfgs, lbfgs._LogisticObjective = solver, objective
-    try:
+    with solving_with(solver, objective):
         return [unit.run(feats)[0].drop(columns="fit_seconds") for _, unit, feats in units]
-    finally:
-        lbfgs.batched_lbfgs, lbfgs._LogisticObjective = original
 
 
 def bit_identical(old, new):
