@@ -72,6 +72,14 @@ def _source(book_root: Path, name: str) -> Path:
 #: its local TCP transport is unencrypted (twelve lines a book) and logs the interrupt of its own shutdown; an
 #: error in a cell still fails the build, through papermill.
 KERNEL_ARGUMENTS = ["--IPKernelApp.log_level=CRITICAL"]
+#: How many times a chapter's kernel is started before its failure to start fails the build **[ours]**. Starting
+#: several kernels at once races for ports: jupyter_client chooses free ports, closes them and writes them to the
+#: connection file, and another process can take one before the kernel binds it (jupyter/jupyter_client#154,
+#: nteract/papermill#511); the kernel then never answers. Nothing of the chapter ran, so starting it again is safe.
+#: Seen once on 2026-12-07, in the smoke book that `make test` builds beside other tests that start kernels.
+KERNEL_START_TRIES = 3
+#: What nbclient raises when a kernel did not start (a RuntimeError, as for other faults, so matched by its text).
+KERNEL_START_FAILURES = ("Kernel didn't respond", "Kernel died before replying")
 
 
 def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), parameters: dict | None = None,
@@ -91,9 +99,17 @@ def execute_notebook(name: str, *, profile: str, book_root: Path = Path("."), pa
     target = Path(output) if output is not None else book_root / GENERATED / f"{name}.ipynb"
     target.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
-                        cwd=str(book_root), kernel_name="python3", progress_bar=progress,
-                        extra_arguments=KERNEL_ARGUMENTS)
+    for attempt in range(1, KERNEL_START_TRIES + 1):
+        try:
+            pm.execute_notebook(str(source), str(target), parameters={"profile": profile, **(parameters or {})},
+                                cwd=str(book_root), kernel_name="python3", progress_bar=progress,
+                                extra_arguments=KERNEL_ARGUMENTS)
+            break
+        except RuntimeError as exc:  # a cell's error is papermill's own exception, never retried
+            if attempt == KERNEL_START_TRIES or not any(text in str(exc) for text in KERNEL_START_FAILURES):
+                raise
+            log.warning("%s: its kernel did not start (%s, try %d of %d); starting another", name, exc, attempt,
+                        KERNEL_START_TRIES)
     seconds = time.perf_counter() - start
     _finish_executed_copy(target, {"inputs": inputs_key, "seconds": round(seconds, 1),
                                    "executed_at": f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"})
