@@ -130,6 +130,7 @@ def test_a_cell_that_displays_nothing_loses_its_collapsed_source(tmp_path):
     assert "hide-input" in tags[3] and "remove-input" not in tags[3]
 
 
+@pytest.mark.slow  # a process pool of two notebook kernels that import torch: 9 s of the fast lane's 90
 def test_the_chapter_kernels_run_one_thread_each(checkout):
     """The chapters run on a pool of one kernel per core, so each kernel gets one torch and one BLAS thread
     (issue 29: two kernels of two threads each on 2 cores ran chapters 05 and 09 2.5x slower)."""

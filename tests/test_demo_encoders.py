@@ -8,7 +8,6 @@ import socket
 import numpy as np
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 from PIL import Image
 from safetensors.torch import load_file
 
@@ -76,6 +75,8 @@ def test_layer_taps_come_from_one_pass(encoder_id):
 
 @pytest.mark.parametrize("encoder_id", NETWORKS)
 def test_lora_adapts_the_networks(encoder_id):
+    from peft import LoraConfig, get_peft_model  # 2.6 s to import: here, not in every xdist worker's collection
+
     encoder = build(encoder_id)
     model = encoder.model
     targets = [name for name, m in model.named_modules()
@@ -223,15 +224,24 @@ def test_pixel_pca_is_fitted_through_the_encoder_preprocessing():
 RANDOM_WEIGHTS = {"demo.random_cnn": "6e130bae2bcb", "demo.random_vit": "0963a368affa"}
 
 
-@pytest.mark.parametrize("encoder_id", sorted(RANDOM_WEIGHTS))
-def test_the_random_baselines_are_the_same_bytes_on_every_cpu(encoder_id):
-    """PyTorch's own init gave other last bits without the CPU's vector code (ATEN_CPU_CAPABILITY=default), so
-    the demo frame was stale on another kind of machine: the weights are drawn by numpy instead."""
+@pytest.fixture(scope="module")
+def scalar_cpu_hashes():
+    """``{encoder id: weights hash}`` of the random baselines built without the CPU's vector code, in one
+    subprocess (each start imports torch)."""
+    import os
     import subprocess
     import sys
 
-    assert build(encoder_id).weights_hash.startswith(RANDOM_WEIGHTS[encoder_id])
-    code = f"from crsrepro.encoders import create_encoder; print(create_encoder({encoder_id!r}).weights_hash)"
+    code = ("from crsrepro.encoders import create_encoder\n"
+            f"for e in {sorted(RANDOM_WEIGHTS)!r}: print(e, create_encoder(e).weights_hash)")
     scalar = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                            env={**__import__("os").environ, "ATEN_CPU_CAPABILITY": "default"})
-    assert scalar.stdout.split()[-1].startswith(RANDOM_WEIGHTS[encoder_id])
+                            env={**os.environ, "ATEN_CPU_CAPABILITY": "default"})
+    return dict(line.split() for line in scalar.stdout.splitlines()[-len(RANDOM_WEIGHTS):])
+
+
+@pytest.mark.parametrize("encoder_id", sorted(RANDOM_WEIGHTS))
+def test_the_random_baselines_are_the_same_bytes_on_every_cpu(encoder_id, scalar_cpu_hashes):
+    """PyTorch's own init gave other last bits without the CPU's vector code (ATEN_CPU_CAPABILITY=default), so
+    the demo frame was stale on another kind of machine: the weights are drawn by numpy instead."""
+    assert build(encoder_id).weights_hash.startswith(RANDOM_WEIGHTS[encoder_id])
+    assert scalar_cpu_hashes[encoder_id].startswith(RANDOM_WEIGHTS[encoder_id])

@@ -52,12 +52,13 @@ def test_keys_follow_their_inputs_and_a_finished_unit_is_skipped(home, monkeypat
     monkeypatch.setenv("CRSREPRO_HOME", str(home / ".crsrepro"))
     monkeypatch.setenv("CRSREPRO_MANIFESTS", str(home / "manifests"))
 
-    # each input that changes a number changes the key
+    # each input that changes a number changes every key: the plan (keys without fitting) finds no row-set done
+    store = ResultStore(profile.output_path)
     for change in ({"probe": {"max_iter": 50}}, {"probe": {"c_selection": "full_val"}},
                    {"probe": {"c_grid": [0.1, 10.0]}}, {"label_fractions": [0.5, 1.0]}):
-        before = _rowsets(profile)
-        grid.run_grid(micro(**change), progress=False)
-        assert len(_rowsets(profile) - before) == 4, change
+        planned, tasks = grid.GridStage().plan(micro(**change), store)
+        assert len(set(planned)) == 4 and not set(planned) & keys, change
+        assert sum(task.stage == "probe fits" for task in tasks) == 4, change
 
 
 def test_a_new_image_size_recomputes_features_and_rowsets(home):
