@@ -98,7 +98,9 @@ def _check_pair(profile: Profile, spec, dataset: str) -> None:
                          f"(its layer_taps are {list(spec.layer_taps)})")
     if dataset not in profile.datasets:
         raise DepthError(f"depth pair ({spec.id}, {dataset}): {dataset} is not among profile "
-                         f"{profile.name!r}'s datasets {profile.datasets}")
+                         f"{profile.name!r}'s datasets {profile.datasets}. A profile that narrows another with "
+                         f"`include` inherits its depth.pairs: name this profile's own pairs, or set "
+                         f"`depth: {{pairs: null}}` to sweep every cell of an encoder with depth taps")
 
 
 def _tap_features(feats_by_layer: dict, layer: str) -> dict:
